@@ -1,0 +1,25 @@
+"""rapidsse: the fastest correct parser of LLM streaming APIs.
+
+A Rust core frames Server-Sent Events, decodes the JSON into msgspec Structs and accumulates the
+streamed text; a pure-Python twin behaves identically where no wheel exists. ``BACKEND`` says
+which one is live (``RAPIDSSE_BACKEND=rust|python`` forces one).
+"""
+
+from __future__ import annotations
+
+from ._backend import BACKEND
+from .errors import DecodeError, EventTooLarge, SSEError, StreamError
+from .framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder, aiter_sse, iter_sse
+
+__all__ = [
+    "BACKEND",
+    "DEFAULT_MAX_EVENT_SIZE",
+    "DecodeError",
+    "EventTooLarge",
+    "SSEDecoder",
+    "SSEError",
+    "ServerSentEvent",
+    "StreamError",
+    "aiter_sse",
+    "iter_sse",
+]

@@ -1,0 +1,172 @@
+//! `SSEDecoder` for Python over [`crate::framing::Framer`].
+
+use std::collections::HashMap;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString};
+
+use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE, SSE_ERROR};
+use crate::framing::{FramingError, Framer, RawEvent, Retry};
+
+static SERVER_SENT_EVENT: Imported = Imported::new("rapidsse.framing", "ServerSentEvent");
+
+/// Event names repeat all stream long: keep their Python strings (bounded).
+const NAME_CACHE_LIMIT: usize = 256;
+
+/// Python objects reused across events: the event-name strings and the current id.
+pub(crate) struct StringCache {
+    message: Py<PyString>,
+    names: HashMap<Vec<u8>, Py<PyString>>,
+    id: Option<(u64, Py<PyString>)>,
+}
+
+impl StringCache {
+    pub(crate) fn new(py: Python<'_>) -> StringCache {
+        StringCache {
+            message: PyString::intern(py, "message").unbind(),
+            names: HashMap::new(),
+            id: None,
+        }
+    }
+
+    pub(crate) fn event_name<'py>(&mut self, py: Python<'py>, name: &[u8]) -> Bound<'py, PyString> {
+        if name.is_empty() {
+            return self.message.bind(py).clone();
+        }
+        if let Some(s) = self.names.get(name) {
+            return s.bind(py).clone();
+        }
+        let s = PyString::new(py, &String::from_utf8_lossy(name));
+        if self.names.len() >= NAME_CACHE_LIMIT {
+            self.names.clear();
+        }
+        self.names.insert(name.to_vec(), s.clone().unbind());
+        s
+    }
+
+    pub(crate) fn id<'py>(&mut self, py: Python<'py>, id: &[u8], generation: u64) -> Bound<'py, PyString> {
+        match &self.id {
+            Some((g, s)) if *g == generation => s.bind(py).clone(),
+            _ => {
+                let s = PyString::new(py, &String::from_utf8_lossy(id));
+                self.id = Some((generation, s.clone().unbind()));
+                s
+            }
+        }
+    }
+}
+
+pub(crate) fn retry_to_py(py: Python<'_>, retry: Option<&Retry>) -> PyResult<Py<PyAny>> {
+    Ok(match retry {
+        None => py.None(),
+        Some(Retry::Small(n)) => n.into_pyobject(py)?.into_any().unbind(),
+        Some(Retry::Big(digits)) => py.get_type::<pyo3::types::PyInt>().call1((digits.as_str(),))?.unbind(),
+    })
+}
+
+/// Turns a framing error into the Python exception, carrying the events completed before it.
+pub(crate) fn framing_error(py: Python<'_>, err: FramingError, events: Py<PyAny>) -> PyErr {
+    match err {
+        FramingError::TooLarge(e) => {
+            let limit = e.limit.into_pyobject(py).unwrap().into_any().unbind();
+            let offset = e.stream_offset.into_pyobject(py).unwrap().into_any().unbind();
+            error_from(py, &EVENT_TOO_LARGE, e.to_string(), &[
+                ("limit", limit),
+                ("offset", offset),
+                ("events", events),
+            ])
+        }
+        FramingError::Poisoned => error_from(py, &SSE_ERROR, err.to_string(), &[("events", events)]),
+    }
+}
+
+#[inline]
+pub(crate) fn py_str<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => PyString::new(py, s),
+        Err(_) => PyString::new(py, &String::from_utf8_lossy(bytes)),
+    }
+}
+
+/// Push-style SSE decoder (the Rust backend of `rapidsse.SSEDecoder`).
+#[pyclass(module = "rapidsse._rapidsse")]
+pub struct SSEDecoder {
+    framer: Framer,
+    strings: StringCache,
+}
+
+impl SSEDecoder {
+    fn build<'py>(
+        py: Python<'py>,
+        strings: &mut StringCache,
+        cls: &Bound<'py, PyAny>,
+        e: &RawEvent<'_>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let event = strings.event_name(py, e.event);
+        let data = py_str(py, e.data);
+        let id = strings.id(py, e.id, e.id_generation);
+        let retry = retry_to_py(py, e.retry)?;
+        cls.call1((event, data, id, retry))
+    }
+}
+
+#[pymethods]
+impl SSEDecoder {
+    #[new]
+    #[pyo3(signature = (max_event_size = Some(16 * 1024 * 1024)))]
+    fn new(py: Python<'_>, max_event_size: Option<usize>) -> SSEDecoder {
+        SSEDecoder { framer: Framer::new(max_event_size), strings: StringCache::new(py) }
+    }
+
+    /// Feeds one chunk of the stream; returns the events it completed.
+    fn feed<'py>(&mut self, py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let cls = SERVER_SENT_EVENT.get(py)?;
+        let out = PyList::empty(py);
+        let strings = &mut self.strings;
+        let framer = &mut self.framer;
+        with_bytes(data, |bytes| {
+            let mut failure: Option<PyErr> = None;
+            let res = framer.feed(bytes, |e| {
+                if failure.is_some() {
+                    return;
+                }
+                match Self::build(py, strings, cls, &e).and_then(|ev| out.append(ev)) {
+                    Ok(()) => {}
+                    Err(err) => failure = Some(err),
+                }
+            });
+            if let Some(err) = failure {
+                return Err(err);
+            }
+            res.map_err(|err| framing_error(py, err, out.clone().into_any().unbind()))
+        })?;
+        Ok(out)
+    }
+
+    /// Ends the stream: an unfinished event is discarded (per spec). Returns `[]`.
+    fn close<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyList> {
+        self.framer.close();
+        PyList::empty(py)
+    }
+
+    /// Starts a new stream (after an `EventTooLarge`, or to reuse the decoder).
+    fn reset(&mut self) {
+        self.framer.reset();
+    }
+
+    #[getter]
+    fn last_event_id<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyString> {
+        let generation = self.framer.id_generation();
+        self.strings.id(py, self.framer.last_event_id(), generation)
+    }
+
+    #[getter]
+    fn retry(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        retry_to_py(py, self.framer.retry())
+    }
+
+    #[getter]
+    fn max_event_size(&self) -> Option<usize> {
+        self.framer.max_event_size()
+    }
+}

@@ -1,0 +1,79 @@
+//! The PyO3 binding layer: converts types and raises exceptions; the work is done by the core.
+
+mod framing;
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+
+/// A Python attribute imported once, on first use.
+pub(crate) struct Imported {
+    cell: PyOnceLock<Py<PyAny>>,
+    module: &'static str,
+    name: &'static str,
+}
+
+impl Imported {
+    pub(crate) const fn new(module: &'static str, name: &'static str) -> Imported {
+        Imported { cell: PyOnceLock::new(), module, name }
+    }
+
+    pub(crate) fn get<'py>(&self, py: Python<'py>) -> PyResult<&Bound<'py, PyAny>> {
+        self.cell.import(py, self.module, self.name)
+    }
+}
+
+pub(crate) static SSE_ERROR: Imported = Imported::new("rapidsse.errors", "SSEError");
+pub(crate) static EVENT_TOO_LARGE: Imported = Imported::new("rapidsse.errors", "EventTooLarge");
+
+/// Builds `exc_type(message, **kwargs)` as a `PyErr`.
+pub(crate) fn error_from(
+    py: Python<'_>,
+    exc_type: &Imported,
+    message: String,
+    kwargs: &[(&str, Py<PyAny>)],
+) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = exc_type.get(py)?;
+        let kw = pyo3::types::PyDict::new(py);
+        for (k, v) in kwargs {
+            kw.set_item(k, v)?;
+        }
+        let exc = cls.call((message,), Some(&kw))?;
+        Ok(PyErr::from_value(exc))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+/// Reads a `bytes`, `bytearray` or `memoryview` (any buffer) argument.
+pub(crate) fn with_bytes<R>(
+    data: &Bound<'_, PyAny>,
+    f: impl FnOnce(&[u8]) -> PyResult<R>,
+) -> PyResult<R> {
+    if let Ok(b) = data.cast::<pyo3::types::PyBytes>() {
+        return f(b.as_bytes());
+    }
+    if let Ok(b) = data.cast::<pyo3::types::PyByteArray>() {
+        return f(&b.to_vec());
+    }
+    if data.is_instance_of::<pyo3::types::PyString>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "expected bytes, bytearray or memoryview, got str (encode it as UTF-8 first)",
+        ));
+    }
+    let bytes_type = py_bytes_type(data.py());
+    let copied = bytes_type.call1((data,))?;
+    let b = copied.cast::<pyo3::types::PyBytes>()?;
+    f(b.as_bytes())
+}
+
+fn py_bytes_type(py: Python<'_>) -> Bound<'_, PyType> {
+    py.get_type::<pyo3::types::PyBytes>()
+}
+
+#[pymodule(gil_used = false)]
+fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<framing::SSEDecoder>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,666 @@
+//! Server-Sent Events framing: bytes in, events out, exactly per the WHATWG
+//! "parsing an event stream" rules (HTML Living Standard, §9.2.6).
+//!
+//! The framer is push-style and chunking-agnostic: every byte is scanned once
+//! (`memchr` over the new chunk only) and copied at most once into the line or
+//! data buffer, so the cost is linear in the input whatever the chunk sizes.
+//! Completed events are handed to a callback as borrowed slices; the caller
+//! decides what objects to build (Python strings, JSON payloads, nothing).
+
+use std::fmt;
+
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+/// A `retry:` value. The spec sets no upper bound, so values beyond `u64`
+/// keep their digits (leading zeros stripped).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retry {
+    Small(u64),
+    Big(String),
+}
+
+impl Retry {
+    /// Parses a `retry` field value: only a non-empty run of ASCII digits counts.
+    pub fn parse(value: &[u8]) -> Option<Retry> {
+        if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let mut n: u64 = 0;
+        for &b in value {
+            match n.checked_mul(10).and_then(|n| n.checked_add(u64::from(b - b'0'))) {
+                Some(v) => n = v,
+                None => {
+                    let digits = std::str::from_utf8(value).unwrap_or("0");
+                    let trimmed = digits.trim_start_matches('0');
+                    return Some(Retry::Big(trimmed.to_owned()));
+                }
+            }
+        }
+        Some(Retry::Small(n))
+    }
+}
+
+impl fmt::Display for Retry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Retry::Small(n) => write!(f, "{n}"),
+            Retry::Big(s) => f.write_str(s),
+        }
+    }
+}
+
+/// One dispatched event, borrowed from the framer's buffers.
+#[derive(Debug)]
+pub struct RawEvent<'a> {
+    /// The `event:` type as sent; empty means the default type `message`.
+    pub event: &'a [u8],
+    /// The data buffer without its trailing LF (raw bytes: may hold invalid UTF-8).
+    pub data: &'a [u8],
+    /// The stream's last event id at dispatch (sticky across events).
+    pub id: &'a [u8],
+    /// Bumped whenever the committed last event id changes, so a caller can
+    /// cache the object it built for `id`.
+    pub id_generation: u64,
+    /// `retry:` set in this event's block, if any.
+    pub retry: Option<&'a Retry>,
+    /// 0-based number of this event among the dispatched events of the stream.
+    pub index: u64,
+    /// Byte offset in the stream of the first line of this event's block.
+    pub offset: u64,
+}
+
+/// Raised when one event's data, or one unterminated line, exceeds the cap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventTooLarge {
+    pub limit: usize,
+    /// Bytes of the stream consumed when the cap was hit.
+    pub stream_offset: u64,
+    /// Events dispatched before it.
+    pub events_dispatched: u64,
+    /// Whether an unterminated line (rather than the event's data) hit the cap.
+    pub in_line: bool,
+}
+
+impl fmt::Display for EventTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = if self.in_line { "a line without line end" } else { "an event's data" };
+        write!(
+            f,
+            "{what} exceeds max_event_size={} bytes (at byte {} of the stream, after {} events)",
+            self.limit, self.stream_offset, self.events_dispatched
+        )
+    }
+}
+
+impl std::error::Error for EventTooLarge {}
+
+/// Errors from [`Framer::feed`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FramingError {
+    TooLarge(EventTooLarge),
+    /// The framer failed earlier and must be [`Framer::reset`] first.
+    Poisoned,
+}
+
+impl fmt::Display for FramingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FramingError::TooLarge(e) => e.fmt(f),
+            FramingError::Poisoned => f.write_str(
+                "the decoder stopped at an oversized event; call reset() to continue with a new stream",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FramingError {}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Bom {
+    /// How many BOM bytes have been matched at the very start of the stream.
+    Matching(u8),
+    Done,
+}
+
+/// Push-style SSE framer.
+#[derive(Debug)]
+pub struct Framer {
+    max_event_size: Option<usize>,
+    bom: Bom,
+    /// The previous chunk ended with CR: a LF starting the next chunk is part of that line end.
+    swallow_lf: bool,
+    /// An unterminated line carried over from earlier chunks.
+    line: Vec<u8>,
+    line_offset: u64,
+    /// Bytes consumed before the current chunk.
+    consumed: u64,
+
+    data: Vec<u8>,
+    has_data: bool,
+    event_type: Vec<u8>,
+    id_buffer: Vec<u8>,
+    block_offset: Option<u64>,
+    block_retry: Option<Retry>,
+
+    last_event_id: Vec<u8>,
+    id_generation: u64,
+    retry: Option<Retry>,
+    dispatched: u64,
+    poisoned: bool,
+}
+
+impl Framer {
+    pub fn new(max_event_size: Option<usize>) -> Framer {
+        Framer {
+            max_event_size,
+            bom: Bom::Matching(0),
+            swallow_lf: false,
+            line: Vec::new(),
+            line_offset: 0,
+            consumed: 0,
+            data: Vec::new(),
+            has_data: false,
+            event_type: Vec::new(),
+            id_buffer: Vec::new(),
+            block_offset: None,
+            block_retry: None,
+            last_event_id: Vec::new(),
+            id_generation: 0,
+            retry: None,
+            dispatched: 0,
+            poisoned: false,
+        }
+    }
+
+    pub fn max_event_size(&self) -> Option<usize> {
+        self.max_event_size
+    }
+
+    /// The last event id committed by a dispatch (raw bytes).
+    pub fn last_event_id(&self) -> &[u8] {
+        &self.last_event_id
+    }
+
+    pub fn id_generation(&self) -> u64 {
+        self.id_generation
+    }
+
+    /// The latest valid reconnection time seen.
+    pub fn retry(&self) -> Option<&Retry> {
+        self.retry.as_ref()
+    }
+
+    /// Bytes fed so far.
+    pub fn bytes_consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Events dispatched so far.
+    pub fn events_dispatched(&self) -> u64 {
+        self.dispatched
+    }
+
+    /// Ends the stream: an unfinished event (and an id seen only in it) is
+    /// discarded, per spec. The framer is then ready for a new stream; the last
+    /// event id and reconnection time are kept, as a reconnecting client needs them.
+    pub fn close(&mut self) {
+        self.bom = Bom::Matching(0);
+        self.swallow_lf = false;
+        self.line = Vec::new();
+        self.line_offset = 0;
+        self.consumed = 0;
+        self.dispatched = 0;
+        self.clear_block();
+        self.id_buffer.clear();
+        self.id_buffer.extend_from_slice(&self.last_event_id);
+        self.poisoned = false;
+    }
+
+    /// Same as [`Framer::close`]: the way out after an [`EventTooLarge`].
+    pub fn reset(&mut self) {
+        self.close();
+    }
+
+    fn clear_block(&mut self) {
+        self.data = Vec::new();
+        self.has_data = false;
+        self.event_type.clear();
+        self.block_offset = None;
+        self.block_retry = None;
+    }
+
+    /// Feeds one chunk; `on_event` is called for every event it completes, in order.
+    pub fn feed<F: FnMut(RawEvent<'_>)>(
+        &mut self,
+        mut chunk: &[u8],
+        mut on_event: F,
+    ) -> Result<(), FramingError> {
+        if self.poisoned {
+            return Err(FramingError::Poisoned);
+        }
+        let chunk_start = self.consumed;
+        let total = chunk.len();
+
+        if let Bom::Matching(mut matched) = self.bom {
+            while matched < 3 && !chunk.is_empty() {
+                if chunk[0] == BOM[matched as usize] {
+                    matched += 1;
+                    chunk = &chunk[1..];
+                } else {
+                    // Not a BOM after all: the bytes matched so far start the first line.
+                    self.line.extend_from_slice(&BOM[..matched as usize]);
+                    matched = 4;
+                }
+            }
+            self.bom = match matched {
+                0..=2 => Bom::Matching(matched),
+                _ => Bom::Done,
+            };
+            if let Bom::Matching(_) = self.bom {
+                self.consumed += total as u64;
+                return Ok(());
+            }
+        }
+        if self.swallow_lf && !chunk.is_empty() {
+            self.swallow_lf = false;
+            if chunk[0] == b'\n' {
+                chunk = &chunk[1..];
+            }
+        }
+        // Offsets below are relative to the stream; `base` is where `chunk` starts.
+        let base = chunk_start + (total - chunk.len()) as u64;
+
+        let mut start = 0usize;
+        let result = loop {
+            let Some(rel) = memchr::memchr2(b'\n', b'\r', &chunk[start..]) else {
+                break Ok(());
+            };
+            let end = start + rel;
+            let line_offset;
+            let res = if self.line.is_empty() {
+                line_offset = base + start as u64;
+                self.process_line(&chunk[start..end], line_offset, &mut on_event)
+            } else {
+                line_offset = self.line_offset;
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(&chunk[start..end]);
+                let res = self.process_line(&line, line_offset, &mut on_event);
+                line.clear();
+                self.line = line;
+                res
+            };
+            if let Err(e) = res {
+                break Err(e);
+            }
+            start = end + 1;
+            if chunk[end] == b'\r' {
+                if start < chunk.len() {
+                    if chunk[start] == b'\n' {
+                        start += 1;
+                    }
+                } else {
+                    self.swallow_lf = true;
+                }
+            }
+        };
+        let result = result.and_then(|()| {
+            let rest = &chunk[start..];
+            if !rest.is_empty() {
+                if self.line.is_empty() {
+                    self.line_offset = base + start as u64;
+                }
+                self.check_line(self.line.len() + rest.len(), base + chunk.len() as u64)?;
+                self.line.extend_from_slice(rest);
+            }
+            Ok(())
+        });
+        self.consumed = chunk_start + total as u64;
+        if let Err(FramingError::TooLarge(_)) = &result {
+            self.poisoned = true;
+            self.line = Vec::new();
+            self.clear_block();
+        }
+        result
+    }
+
+    fn too_large(&self, at: u64, in_line: bool) -> FramingError {
+        FramingError::TooLarge(EventTooLarge {
+            limit: self.max_event_size.unwrap_or(usize::MAX),
+            stream_offset: at,
+            events_dispatched: self.dispatched,
+            in_line,
+        })
+    }
+
+    #[inline]
+    fn check_line(&self, len: usize, at: u64) -> Result<(), FramingError> {
+        match self.max_event_size {
+            Some(max) if len > max => Err(self.too_large(at, true)),
+            _ => Ok(()),
+        }
+    }
+
+    #[inline]
+    fn process_line<F: FnMut(RawEvent<'_>)>(
+        &mut self,
+        line: &[u8],
+        offset: u64,
+        on_event: &mut F,
+    ) -> Result<(), FramingError> {
+        if line.is_empty() {
+            self.dispatch(on_event);
+            return Ok(());
+        }
+        self.check_line(line.len(), offset + line.len() as u64)?;
+        if line[0] == b':' {
+            return Ok(());
+        }
+        if self.block_offset.is_none() {
+            self.block_offset = Some(offset);
+        }
+        let (name, value) = match memchr::memchr(b':', line) {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                let value = value.strip_prefix(b" ").unwrap_or(value);
+                (&line[..colon], value)
+            }
+            None => (line, &line[line.len()..]),
+        };
+        match name {
+            b"data" => {
+                if let Some(max) = self.max_event_size {
+                    // The data buffer holds value + LF per line; the trailing LF is dropped at dispatch.
+                    let new_len = self.data.len() + value.len() + usize::from(self.has_data);
+                    if new_len > max {
+                        return Err(self.too_large(offset + line.len() as u64, false));
+                    }
+                }
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
+            }
+            b"event" => {
+                self.event_type.clear();
+                self.event_type.extend_from_slice(value);
+            }
+            b"id" => {
+                if memchr::memchr(0, value).is_none() {
+                    self.id_buffer.clear();
+                    self.id_buffer.extend_from_slice(value);
+                }
+            }
+            b"retry" => {
+                if let Some(retry) = Retry::parse(value) {
+                    self.retry = Some(retry.clone());
+                    self.block_retry = Some(retry);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn dispatch<F: FnMut(RawEvent<'_>)>(&mut self, on_event: &mut F) {
+        if self.last_event_id != self.id_buffer {
+            self.last_event_id.clear();
+            self.last_event_id.extend_from_slice(&self.id_buffer);
+            self.id_generation += 1;
+        }
+        if self.has_data {
+            on_event(RawEvent {
+                event: &self.event_type,
+                data: &self.data,
+                id: &self.last_event_id,
+                id_generation: self.id_generation,
+                retry: self.block_retry.as_ref(),
+                index: self.dispatched,
+                offset: self.block_offset.unwrap_or(self.consumed),
+            });
+            self.dispatched += 1;
+            // Keep the allocation: the next event is likely of similar size.
+            self.data.clear();
+        }
+        self.has_data = false;
+        self.event_type.clear();
+        self.block_offset = None;
+        self.block_retry = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Eq, Clone)]
+    struct Ev {
+        event: String,
+        data: String,
+        id: String,
+        retry: Option<Retry>,
+    }
+
+    fn ev(event: &str, data: &str, id: &str) -> Ev {
+        Ev { event: event.into(), data: data.into(), id: id.into(), retry: None }
+    }
+
+    fn feed_chunks(framer: &mut Framer, chunks: &[&[u8]]) -> Vec<Ev> {
+        let mut out = Vec::new();
+        for chunk in chunks {
+            framer
+                .feed(chunk, |e| {
+                    out.push(Ev {
+                        event: if e.event.is_empty() {
+                            "message".into()
+                        } else {
+                            String::from_utf8_lossy(e.event).into_owned()
+                        },
+                        data: String::from_utf8_lossy(e.data).into_owned(),
+                        id: String::from_utf8_lossy(e.id).into_owned(),
+                        retry: e.retry.cloned(),
+                    })
+                })
+                .unwrap();
+        }
+        out
+    }
+
+    /// Frames `input` in one chunk and at every chunk size from 1 to 8; all must agree.
+    fn frame(input: &[u8]) -> Vec<Ev> {
+        let whole = feed_chunks(&mut Framer::new(None), &[input]);
+        for size in 1..=8 {
+            let chunks: Vec<&[u8]> = input.chunks(size).collect();
+            assert_eq!(feed_chunks(&mut Framer::new(None), &chunks), whole, "chunk size {size}");
+        }
+        // Also with an empty chunk between every byte.
+        let mut chunks: Vec<&[u8]> = Vec::new();
+        for b in input.chunks(1) {
+            chunks.push(b"");
+            chunks.push(b);
+        }
+        assert_eq!(feed_chunks(&mut Framer::new(None), &chunks), whole, "empty chunks");
+        whole
+    }
+
+    #[test]
+    fn basic_event_and_default_type() {
+        assert_eq!(frame(b"data: hello\n\n"), vec![ev("message", "hello", "")]);
+        assert_eq!(frame(b"event: add\ndata: 1\n\n"), vec![ev("add", "1", "")]);
+    }
+
+    #[test]
+    fn line_endings_cr_lf_crlf_mixed() {
+        assert_eq!(frame(b"data: a\r\n\r\ndata: b\r\rdata: c\n\r\n"), vec![
+            ev("message", "a", ""),
+            ev("message", "b", ""),
+            ev("message", "c", ""),
+        ]);
+        // "\n\r\n" is a line end then a blank line.
+        assert_eq!(frame(b"data: x\n\r\n"), vec![ev("message", "x", "")]);
+    }
+
+    #[test]
+    fn cr_at_chunk_end_dispatches_at_once() {
+        let mut framer = Framer::new(None);
+        let mut n = 0;
+        framer.feed(b"data: a\r\r", |_| n += 1).unwrap();
+        assert_eq!(n, 1, "the event must not wait for the next chunk");
+        // The LF that follows belongs to the CR line end: no extra blank line effect.
+        framer.feed(b"\ndata: b\n\n", |_| n += 1).unwrap();
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn bom_stripped_once_even_split() {
+        let mut input = BOM.to_vec();
+        input.extend_from_slice(b"data: a\n\n");
+        assert_eq!(frame(&input), vec![ev("message", "a", "")]);
+        // A second BOM is part of the field name: the line is ignored.
+        let mut twice = BOM.to_vec();
+        twice.extend_from_slice(&BOM);
+        twice.extend_from_slice(b"data: a\n\ndata: b\n\n");
+        assert_eq!(frame(&twice), vec![ev("message", "b", "")]);
+        // A partial BOM is ordinary bytes of the first line.
+        assert_eq!(frame(b"\xEF\xBBdata: a\n\ndata: b\n\n"), vec![ev("message", "b", "")]);
+    }
+
+    #[test]
+    fn comments_fields_without_colon_and_spaces() {
+        assert_eq!(frame(b": ping\n\ndata\n\n"), vec![ev("message", "", "")]);
+        assert_eq!(frame(b"data:no space\n\n"), vec![ev("message", "no space", "")]);
+        assert_eq!(frame(b"data:  two\n\n"), vec![ev("message", " two", "")]);
+        assert_eq!(frame(b"data:\ttab\n\n"), vec![ev("message", "\ttab", "")]);
+        assert_eq!(frame(b"Data: x\nDATA: y\n\n"), vec![]);
+        assert_eq!(frame(b"data: a:b\n\n"), vec![ev("message", "a:b", "")]);
+    }
+
+    #[test]
+    fn multi_line_data() {
+        assert_eq!(frame(b"data: a\ndata\ndata: b\n\n"), vec![ev("message", "a\n\nb", "")]);
+        assert_eq!(frame(b"data:\ndata:\n\n"), vec![ev("message", "\n", "")]);
+    }
+
+    #[test]
+    fn ids_sticky_nul_ignored_empty_resets() {
+        assert_eq!(
+            frame(b"id: 1\ndata: a\n\ndata: b\n\nid: 2\0x\ndata: c\n\nid\ndata: d\n\n"),
+            vec![ev("message", "a", "1"), ev("message", "b", "1"), ev("message", "c", "1"), ev(
+                "message", "d", ""
+            )]
+        );
+        let mut framer = Framer::new(None);
+        feed_chunks(&mut framer, &[b"id: 7\n\n"]);
+        assert_eq!(framer.last_event_id(), b"7", "an id-only block commits the id");
+        feed_chunks(&mut framer, &[b"id: 8\ndata: x\n"]);
+        framer.close();
+        assert_eq!(framer.last_event_id(), b"7", "an id in an unfinished event is not committed");
+    }
+
+    #[test]
+    fn retry_digits_only() {
+        let mut framer = Framer::new(None);
+        let evs = feed_chunks(&mut framer, &[b"retry: 03000\ndata: a\n\ndata: b\n\n"]);
+        assert_eq!(evs[0].retry, Some(Retry::Small(3000)));
+        assert_eq!(evs[1].retry, None, "retry belongs to the block that set it");
+        for bad in [&b"+5"[..], b"-1", b" 5", b"1_0", b"", b"\xd9\xa1", b"5s"] {
+            let mut line = b"retry: ".to_vec();
+            line.extend_from_slice(bad);
+            line.extend_from_slice(b"\ndata: x\n\n");
+            let mut f = Framer::new(None);
+            let evs = feed_chunks(&mut f, &[&line]);
+            assert_eq!(evs[0].retry, None, "{:?}", bad);
+            assert_eq!(f.retry(), None);
+        }
+        assert_eq!(
+            Retry::parse(b"000123456789012345678901234567890"),
+            Some(Retry::Big("123456789012345678901234567890".into()))
+        );
+        assert_eq!(framer.retry(), Some(&Retry::Small(3000)));
+    }
+
+    #[test]
+    fn no_phantom_events_and_type_reset() {
+        assert_eq!(frame(b"id: 1\n\n: c\n\nevent: ping\n\ndata: x\n\n"), vec![ev("message", "x", "1")]);
+    }
+
+    #[test]
+    fn unfinished_event_discarded() {
+        let mut framer = Framer::new(None);
+        assert_eq!(feed_chunks(&mut framer, &[b"data: a\n\ndata: b\n"]), vec![ev("message", "a", "")]);
+        framer.close();
+        assert_eq!(feed_chunks(&mut framer, &[b"data: c\n\n"]), vec![ev("message", "c", "")]);
+    }
+
+    #[test]
+    fn unicode_line_separators_are_not_line_ends() {
+        let input = "data: a\u{2028}b\u{2029}c\u{85}d\x0Ce\x0Bf\n\n".as_bytes();
+        assert_eq!(frame(input), vec![ev("message", "a\u{2028}b\u{2029}c\u{85}d\x0Ce\x0Bf", "")]);
+    }
+
+    #[test]
+    fn invalid_utf8_passes_through_raw() {
+        let mut framer = Framer::new(None);
+        let mut data = Vec::new();
+        framer.feed(b"data: \xff\xe2\x82\n\n", |e| data = e.data.to_vec()).unwrap();
+        assert_eq!(data, b"\xff\xe2\x82");
+    }
+
+    #[test]
+    fn offsets_and_indices() {
+        let mut framer = Framer::new(None);
+        let mut seen = Vec::new();
+        for chunk in b": hi\n\ndata: a\n\nevent: x\ndata: b\n\n".chunks(3) {
+            framer.feed(chunk, |e| seen.push((e.index, e.offset))).unwrap();
+        }
+        assert_eq!(seen, vec![(0, 6), (1, 15)]);
+    }
+
+    #[test]
+    fn size_cap_on_data_and_on_unterminated_line() {
+        let mut framer = Framer::new(Some(12));
+        let err = framer.feed(b"data:0123456\ndata:0123456\n\n", |_| {}).unwrap_err();
+        assert!(matches!(err, FramingError::TooLarge(EventTooLarge { in_line: false, .. })));
+        assert_eq!(framer.feed(b"data: a\n\n", |_| {}), Err(FramingError::Poisoned));
+        framer.reset();
+        let mut n = 0;
+        framer.feed(b"data:012345\ndata:01234\n\n", |_| n += 1).unwrap();
+        assert_eq!(n, 1, "exactly the limit is allowed");
+        // A line longer than the cap fails whatever the chunking.
+        let mut framer = Framer::new(Some(10));
+        assert!(framer.feed(b"data: 123456\n\n", |_| {}).is_err());
+
+        let mut framer = Framer::new(Some(16));
+        let mut total = 0;
+        let mut err = None;
+        for _ in 0..10 {
+            if let Err(e) = framer.feed(b"xxxx", |_| {}) {
+                err = Some(e);
+                break;
+            }
+            total += 4;
+        }
+        match err {
+            Some(FramingError::TooLarge(e)) => {
+                assert!(e.in_line);
+                assert_eq!(total, 16);
+                assert_eq!(e.to_string(), "a line without line end exceeds max_event_size=16 bytes (at byte 20 of the stream, after 0 events)");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn large_event_in_small_chunks_is_linear() {
+        // 8 MiB in one line fed 1 KiB at a time: quadratic copying would take minutes.
+        let mut input = b"data: ".to_vec();
+        input.extend(std::iter::repeat(b'x').take(8 << 20));
+        input.extend_from_slice(b"\n\n");
+        let mut framer = Framer::new(None);
+        let mut len = 0;
+        for chunk in input.chunks(1024) {
+            framer.feed(chunk, |e| len = e.data.len()).unwrap();
+        }
+        assert_eq!(len, 8 << 20);
+    }
+}

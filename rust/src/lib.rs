@@ -1,0 +1,14 @@
+//! rapidsse core: Server-Sent Events framing, JSON event scanning and stream
+//! accumulation for LLM streaming APIs, in plain Rust.
+//!
+//! - [`framing`]: bytes in, SSE events out (WHATWG rules, linear time, size cap);
+//! - [`scan`]: a cheap look at a JSON payload's top-level `type`, to batch payloads for decoding;
+//! - [`accumulate`]: the final Response / ChatCompletion / Realtime responses built from deltas.
+//!
+//! The PyO3 binding layer lives in `bindings` and is compiled only with the `python` feature.
+
+pub mod framing;
+pub mod scan;
+
+#[cfg(feature = "python")]
+mod bindings;
