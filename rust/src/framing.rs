@@ -139,6 +139,8 @@ pub struct Framer {
     has_data: bool,
     event_type: Vec<u8>,
     id_buffer: Vec<u8>,
+    /// An `id` field was seen since the last dispatch (so the committed id may change).
+    id_dirty: bool,
     block_offset: Option<u64>,
     block_retry: Option<Retry>,
 
@@ -162,6 +164,7 @@ impl Framer {
             has_data: false,
             event_type: Vec::new(),
             id_buffer: Vec::new(),
+            id_dirty: false,
             block_offset: None,
             block_retry: None,
             last_event_id: Vec::new(),
@@ -213,6 +216,7 @@ impl Framer {
         self.clear_block();
         self.id_buffer.clear();
         self.id_buffer.extend_from_slice(&self.last_event_id);
+        self.id_dirty = false;
         self.poisoned = false;
     }
 
@@ -389,6 +393,7 @@ impl Framer {
                 if memchr::memchr(0, value).is_none() {
                     self.id_buffer.clear();
                     self.id_buffer.extend_from_slice(value);
+                    self.id_dirty = true;
                 }
             }
             b"retry" => {
@@ -403,10 +408,13 @@ impl Framer {
     }
 
     fn dispatch<F: FnMut(RawEvent<'_>)>(&mut self, on_event: &mut F) {
-        if self.last_event_id != self.id_buffer {
-            self.last_event_id.clear();
-            self.last_event_id.extend_from_slice(&self.id_buffer);
-            self.id_generation += 1;
+        if self.id_dirty {
+            self.id_dirty = false;
+            if self.last_event_id != self.id_buffer {
+                self.last_event_id.clear();
+                self.last_event_id.extend_from_slice(&self.id_buffer);
+                self.id_generation += 1;
+            }
         }
         if self.has_data {
             on_event(RawEvent {

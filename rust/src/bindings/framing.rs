@@ -16,6 +16,8 @@ const NAME_CACHE_LIMIT: usize = 256;
 /// Python objects reused across events: the event-name strings and the current id.
 pub(crate) struct StringCache {
     message: Py<PyString>,
+    /// The previous event's name: most streams repeat it, or alternate among a few.
+    last_name: Option<(Vec<u8>, Py<PyString>)>,
     names: HashMap<Vec<u8>, Py<PyString>>,
     id: Option<(u64, Py<PyString>)>,
 }
@@ -24,6 +26,7 @@ impl StringCache {
     pub(crate) fn new(py: Python<'_>) -> StringCache {
         StringCache {
             message: PyString::intern(py, "message").unbind(),
+            last_name: None,
             names: HashMap::new(),
             id: None,
         }
@@ -33,14 +36,23 @@ impl StringCache {
         if name.is_empty() {
             return self.message.bind(py).clone();
         }
-        if let Some(s) = self.names.get(name) {
-            return s.bind(py).clone();
+        if let Some((last, s)) = &self.last_name {
+            if last.as_slice() == name {
+                return s.bind(py).clone();
+            }
         }
-        let s = PyString::new(py, &String::from_utf8_lossy(name));
-        if self.names.len() >= NAME_CACHE_LIMIT {
-            self.names.clear();
-        }
-        self.names.insert(name.to_vec(), s.clone().unbind());
+        let s = match self.names.get(name) {
+            Some(s) => s.bind(py).clone(),
+            None => {
+                let s = PyString::new(py, &String::from_utf8_lossy(name));
+                if self.names.len() >= NAME_CACHE_LIMIT {
+                    self.names.clear();
+                }
+                self.names.insert(name.to_vec(), s.clone().unbind());
+                s
+            }
+        };
+        self.last_name = Some((name.to_vec(), s.clone().unbind()));
         s
     }
 

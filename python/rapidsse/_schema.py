@@ -1,0 +1,179 @@
+"""Shared bases and helpers of the typed event schemas (``responses``, ``chat``, ``realtime``).
+
+Every schema type is a :class:`msgspec.Struct` that derives from :class:`Model` (plain objects) or
+:class:`Tagged` (objects told apart by their JSON ``"type"``), so they all share one configuration:
+
+- ``omit_defaults=True``: ``msgspec.json.encode(x)`` writes a compact payload that decodes back equal;
+- ``gc=False``: decoded events are trees of strings, numbers, lists and dicts that never form reference
+  cycles, so the garbage collector need not track them (faster decoding, less GC work). Do not store
+  a struct inside itself.
+
+Unknown JSON fields are ignored (msgspec's default), and nearly every field has a default, because
+real servers omit fields freely.
+
+Unknown nested types
+--------------------
+msgspec decodes a tagged union only if the tag is known, and a union cannot mix tagged Structs with
+``dict``. So each nested tagged union of the schemas (output items, content parts, annotations, tools,
+...) has one extra member, a subclass of :class:`UnknownVariant` tagged ``"__unknown__"``, that keeps
+the original type string and the whole object. :func:`decode_lenient` puts unknown objects there: it
+decodes normally (the fast path), and only when msgspec reports an unknown tag below the top level
+(``Invalid value 'hologram_call' - at `$.response.output[0].type```) does it decode the payload
+generically, wrap that object (and its siblings of the same type in the same list) as
+``{"type": "__unknown__", "original_type": ..., "data": {...}}``, and convert again (with
+``msgspec.convert``), once per unknown type and place, a bounded number of times. An unknown type at
+the top level (``$.type``) is left to the caller, which turns such events into :class:`UnknownEvent`.
+No custom ``dec_hook`` is involved, so the fast path (``msgspec.json.Decoder(list[Event])``) stays
+as fast as msgspec allows.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "Model",
+    "Tagged",
+    "UnknownVariant",
+    "UnknownEvent",
+    "RateLimit",
+    "UNKNOWN_TAG",
+    "decode_lenient",
+]
+
+#: The tag of every :class:`UnknownVariant`; no real API uses it.
+UNKNOWN_TAG = "__unknown__"
+
+
+class Model(msgspec.Struct, omit_defaults=True, gc=False):
+    """Base of all schema Structs: compact encoding, no GC tracking.
+
+    Construct them with keywords: the fields shared by many events (``sequence_number``,
+    ``item_id``, ...) are keyword-only, so that each event's required fields can follow them.
+    """
+
+
+class Tagged(Model, tag_field="type"):
+    """Base of the Structs told apart by their JSON ``"type"`` (each subclass sets ``tag=``).
+
+    The tag is not a field, but ``obj.type`` gives it, as on the wire.
+    """
+
+    @property
+    def type(self) -> str:
+        """The wire type string of this object (its tag)."""
+        return self.__struct_config__.tag  # type: ignore[return-value]
+
+
+class UnknownVariant(Tagged, tag=UNKNOWN_TAG):
+    """Base of the members that hold a nested object of a type the schemas do not know.
+
+    ``type`` is the object's original type string and ``data`` the whole object as decoded JSON
+    (``type`` included). :func:`decode_lenient` creates these; plain ``msgspec.json.decode`` does not.
+    Encoding one writes the wrapper (``{"type": "__unknown__", "original_type": ..., "data": ...}``),
+    which decodes back equal; ``data`` is the original object.
+    """
+
+    original_type: str
+    data: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        """The original type string of the unknown object."""
+        return self.original_type
+
+
+class UnknownEvent(msgspec.Struct, gc=False):
+    """An event whose ``type`` the schemas do not know (a new or vendor-specific event type).
+
+    ``type`` is its wire type string and ``raw`` its JSON payload exactly as received, to decode
+    further (``msgspec.json.decode(event.raw)``) or pass on unchanged.
+    """
+
+    type: str
+    raw: bytes
+
+
+class RateLimit(Model):
+    """One rate limit as reported by ``rate_limits.updated`` events (Realtime and Responses)."""
+
+    name: str | None = None
+    limit: int | None = None
+    remaining: int | None = None
+    reset_seconds: float | None = None
+
+
+# msgspec's message for an unknown tag, e.g. "Invalid value 'x' - at `$.output[0].type`". (A bad
+# Literal value reads "Invalid enum value", so it does not match.)
+_UNKNOWN_TAG_ERROR = re.compile(r"Invalid value '.*' - at `(\$.*)\.type`", re.DOTALL)
+_PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+_MAX_REPAIRS = 1000
+
+
+def _unknown_tag_location(error: msgspec.ValidationError) -> list[str | int] | None:
+    """The path to the object with an unknown nested tag named by ``error``, or None."""
+    match = _UNKNOWN_TAG_ERROR.fullmatch(str(error))
+    if match is None:
+        return None
+    path = match.group(1)[1:]  # drop the leading "$"
+    steps: list[str | int] = []
+    pos = 0
+    while pos < len(path):
+        step = _PATH_STEP.match(path, pos)
+        if step is None:  # e.g. "[...]" (inside a dict value): not a place we can reach
+            return None
+        steps.append(step.group(1) if step.group(1) is not None else int(step.group(2)))
+        pos = step.end()
+    return steps or None  # [] is the top level: the caller's business
+
+
+def decode_lenient(buf: bytes | bytearray | memoryview | str, type: Any) -> Any:
+    """Decode JSON ``buf`` as ``type``, keeping nested objects of unknown types.
+
+    Same result as ``msgspec.json.decode(buf, type=type)`` when every nested type is known (and just
+    as fast). When a nested tagged object has a type the schemas do not know, it becomes the
+    :class:`UnknownVariant` member of its union, with its original type string and data, instead of
+    failing the whole payload::
+
+        >>> r = decode_lenient(b'{"output": [{"type": "hologram_call", "id": "h1"}]}', responses.Response)
+        >>> r.output[0].type, r.output[0].data
+        ('hologram_call', {'type': 'hologram_call', 'id': 'h1'})
+
+    Raises ``msgspec.ValidationError`` for anything else: an unknown top-level type (``$.type``),
+    an unknown type where the union has no unknown member, or other invalid data; and
+    ``msgspec.DecodeError`` for malformed JSON.
+    """
+    try:
+        return msgspec.json.decode(buf, type=type)
+    except msgspec.ValidationError as exc:
+        error = exc
+    document: Any = None
+    # the error at each wrapped place, to raise if wrapping did not help (no unknown member there)
+    wrapped: dict[tuple[str | int, ...], msgspec.ValidationError] = {}
+    for _ in range(_MAX_REPAIRS):
+        location = _unknown_tag_location(error)
+        if location is None:
+            raise error
+        if tuple(location) in wrapped:
+            raise wrapped[tuple(location)]
+        wrapped[tuple(location)] = error
+        if document is None:
+            document = msgspec.json.decode(buf)
+        parent = document
+        for step in location[:-1]:
+            parent = parent[step]
+        unknown_type = parent[location[-1]]["type"]
+        # its siblings of the same type in a list are just as unknown: wrap them in the same pass
+        indices = range(len(parent)) if isinstance(parent, list) else [location[-1]]
+        for index in indices:
+            obj = parent[index]
+            if isinstance(obj, dict) and obj.get("type") == unknown_type:
+                parent[index] = {"type": UNKNOWN_TAG, "original_type": unknown_type, "data": obj}
+        try:
+            return msgspec.convert(document, type=type)
+        except msgspec.ValidationError as exc:
+            error = exc
+    raise error

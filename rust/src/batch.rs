@@ -1,0 +1,128 @@
+//! Routing and batching of JSON payloads for one decode call per chunk.
+//!
+//! Payloads whose top-level `type` is known (or every payload, for untagged
+//! protocols such as Chat Completions) are joined as JSON lines, which the
+//! binding layer hands to msgspec's `decode_lines` in a single call. A payload
+//! that spans lines (multi-line `data:`) or is blank could not be told apart
+//! from its neighbours there, so it takes the careful path, one payload at a
+//! time, like anything of unknown type.
+
+use std::collections::HashSet;
+
+use crate::scan::{type_tag, TypeTag};
+
+/// Where a payload goes.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Route {
+    /// Into the batch: one line of valid UTF-8 with a known type (untagged: any non-blank line).
+    Batch,
+    /// Decoded alone by the careful path: unknown or missing type, invalid UTF-8, odd JSON.
+    Careful,
+}
+
+/// Decides the route of payloads for one protocol.
+#[derive(Debug, Clone)]
+pub struct Router {
+    /// `None`: untagged protocol, every payload is batched.
+    known: Option<HashSet<Box<str>>>,
+}
+
+impl Router {
+    /// A router for a protocol tagged on `type`, knowing these tags.
+    pub fn tagged<I: IntoIterator<Item = S>, S: Into<Box<str>>>(tags: I) -> Router {
+        Router { known: Some(tags.into_iter().map(Into::into).collect()) }
+    }
+
+    /// A router for an untagged protocol (one schema for every payload).
+    pub fn untagged() -> Router {
+        Router { known: None }
+    }
+
+    pub fn route(&self, payload: &[u8]) -> Route {
+        if memchr::memchr(b'\n', payload).is_some() || std::str::from_utf8(payload).is_err() {
+            return Route::Careful;
+        }
+        match &self.known {
+            None if payload.iter().all(u8::is_ascii_whitespace) => Route::Careful,
+            None => Route::Batch,
+            Some(known) => match type_tag(payload) {
+                TypeTag::Found(tag) if known.contains(tag) => Route::Batch,
+                _ => Route::Careful,
+            },
+        }
+    }
+}
+
+/// JSON lines under construction: `p0\np1\n...`.
+#[derive(Debug, Default)]
+pub struct Batch {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Batch {
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    pub fn push(&mut self, payload: &[u8]) {
+        if self.len > 0 {
+            self.buf.push(b'\n');
+        }
+        self.buf.extend_from_slice(payload);
+        self.len += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The lines so far (`None` when empty).
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        (self.len > 0).then_some(&self.buf[..])
+    }
+
+    /// Empties the batch, keeping its allocation.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.len = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_by_known_type() {
+        let router = Router::tagged(["response.created", "error"]);
+        assert_eq!(router.route(br#"{"type":"error","code":"x"}"#), Route::Batch);
+        assert_eq!(router.route(br#"{"type":"response.future"}"#), Route::Careful);
+        assert_eq!(router.route(br#"{"no_type":1}"#), Route::Careful);
+        assert_eq!(router.route(b"{\"type\":\"error\",\"m\":\"\xff\"}"), Route::Careful);
+        assert_eq!(router.route(b"[DONE]"), Route::Careful);
+        assert_eq!(router.route(b"{\"type\":\n\"error\"}"), Route::Careful);
+        let chat = Router::untagged();
+        assert_eq!(chat.route(br#"{"id":"x"}"#), Route::Batch);
+        assert_eq!(chat.route(b"\xff"), Route::Careful);
+        assert_eq!(chat.route(b" \t"), Route::Careful);
+        assert_eq!(chat.route(b"{}\n{}"), Route::Careful);
+    }
+
+    #[test]
+    fn builds_json_lines() {
+        let mut batch = Batch::new();
+        assert_eq!(batch.as_bytes(), None);
+        batch.push(b"{\"a\":1}");
+        batch.push(b" 2 ");
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.as_bytes(), Some(&b"{\"a\":1}\n 2 "[..]));
+        batch.clear();
+        batch.push(b"3");
+        assert_eq!(batch.as_bytes(), Some(&b"3"[..]));
+    }
+}
