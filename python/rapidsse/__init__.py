@@ -10,11 +10,33 @@ from __future__ import annotations
 from ._backend import BACKEND
 from .errors import DecodeError, EventTooLarge, SSEError, StreamError
 from .framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder, aiter_sse, iter_sse
+from ._schema import UnknownEvent
+from .decoding import (
+    EventDecoder,
+    InvalidEvent,
+    aiter_events,
+    decode_realtime,
+    encode_sse,
+    iter_events,
+    iter_realtime,
+)
+from . import chat, realtime, responses
 
 __all__ = [
     "BACKEND",
     "DEFAULT_MAX_EVENT_SIZE",
     "DecodeError",
+    "EventDecoder",
+    "InvalidEvent",
+    "UnknownEvent",
+    "aiter_events",
+    "chat",
+    "decode_realtime",
+    "encode_sse",
+    "iter_events",
+    "iter_realtime",
+    "realtime",
+    "responses",
     "EventTooLarge",
     "SSEDecoder",
     "SSEError",

@@ -8,13 +8,15 @@
 //! time, like anything of unknown type.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::scan::{type_tag, TypeTag};
 
 /// Where a payload goes.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub enum Route {
-    /// Into the batch: one line of valid UTF-8 with a known type (untagged: any non-blank line).
+    /// Into the batch: one line with a known type (untagged: any non-blank line). Invalid UTF-8
+    /// is left to msgspec to refuse, which sends the whole batch the careful way.
     Batch,
     /// Decoded alone by the careful path: unknown or missing type, invalid UTF-8, odd JSON.
     Careful,
@@ -24,7 +26,35 @@ pub enum Route {
 #[derive(Debug, Clone)]
 pub struct Router {
     /// `None`: untagged protocol, every payload is batched.
-    known: Option<HashSet<Box<str>>>,
+    known: Option<HashSet<Box<str>, BuildHasherDefault<EndsHash>>>,
+}
+
+/// A hash of the length and the first and last 8 bytes: the keys are a few dozen type names,
+/// which differ there, and a full comparison settles any collision. SipHash (or any byte-by-byte
+/// hash) costs more than the rest of routing an event.
+#[derive(Default)]
+pub struct EndsHash(u64);
+
+impl Hasher for EndsHash {
+    fn write(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        let word = |b: &[u8]| {
+            let mut w = [0u8; 8];
+            w[..b.len()].copy_from_slice(b);
+            u64::from_le_bytes(w)
+        };
+        let (head, tail) = if n >= 8 {
+            (word(&bytes[..8]), word(&bytes[n - 8..]))
+        } else {
+            (word(bytes), 0)
+        };
+        let mixed = (head ^ tail.rotate_left(29) ^ (n as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = (self.0 ^ mixed).rotate_left(31).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
 }
 
 impl Router {
@@ -38,8 +68,9 @@ impl Router {
         Router { known: None }
     }
 
-    pub fn route(&self, payload: &[u8]) -> Route {
-        if memchr::memchr(b'\n', payload).is_some() || std::str::from_utf8(payload).is_err() {
+    /// `multiline`: the payload came from several `data:` lines (so it holds a LF).
+    pub fn route(&self, payload: &[u8], multiline: bool) -> Route {
+        if multiline {
             return Route::Careful;
         }
         match &self.known {
@@ -100,17 +131,18 @@ mod tests {
     #[test]
     fn routes_by_known_type() {
         let router = Router::tagged(["response.created", "error"]);
-        assert_eq!(router.route(br#"{"type":"error","code":"x"}"#), Route::Batch);
-        assert_eq!(router.route(br#"{"type":"response.future"}"#), Route::Careful);
-        assert_eq!(router.route(br#"{"no_type":1}"#), Route::Careful);
-        assert_eq!(router.route(b"{\"type\":\"error\",\"m\":\"\xff\"}"), Route::Careful);
-        assert_eq!(router.route(b"[DONE]"), Route::Careful);
-        assert_eq!(router.route(b"{\"type\":\n\"error\"}"), Route::Careful);
+        assert_eq!(router.route(br#"{"type":"error","code":"x"}"#, false), Route::Batch);
+        assert_eq!(router.route(br#"{"type":"response.created"}"#, false), Route::Batch);
+        assert_eq!(router.route(br#"{"type":"response.future"}"#, false), Route::Careful);
+        assert_eq!(router.route(br#"{"type":"errorr"}"#, false), Route::Careful);
+        assert_eq!(router.route(br#"{"type":""}"#, false), Route::Careful);
+        assert_eq!(router.route(br#"{"no_type":1}"#, false), Route::Careful);
+        assert_eq!(router.route(b"[DONE]", false), Route::Careful);
+        assert_eq!(router.route(b"{\"type\":\n\"error\"}", true), Route::Careful);
         let chat = Router::untagged();
-        assert_eq!(chat.route(br#"{"id":"x"}"#), Route::Batch);
-        assert_eq!(chat.route(b"\xff"), Route::Careful);
-        assert_eq!(chat.route(b" \t"), Route::Careful);
-        assert_eq!(chat.route(b"{}\n{}"), Route::Careful);
+        assert_eq!(chat.route(br#"{"id":"x"}"#, false), Route::Batch);
+        assert_eq!(chat.route(b" \t", false), Route::Careful);
+        assert_eq!(chat.route(b"{}\n{}", true), Route::Careful);
     }
 
     #[test]

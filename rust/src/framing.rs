@@ -56,6 +56,8 @@ pub struct RawEvent<'a> {
     pub event: &'a [u8],
     /// The data buffer without its trailing LF (raw bytes: may hold invalid UTF-8).
     pub data: &'a [u8],
+    /// The data came from more than one `data:` line (so it holds LFs).
+    pub multiline: bool,
     /// The stream's last event id at dispatch (sticky across events).
     pub id: &'a [u8],
     /// Bumped whenever the committed last event id changes, so a caller can
@@ -137,6 +139,7 @@ pub struct Framer {
 
     data: Vec<u8>,
     has_data: bool,
+    multiline: bool,
     event_type: Vec<u8>,
     id_buffer: Vec<u8>,
     /// An `id` field was seen since the last dispatch (so the committed id may change).
@@ -162,6 +165,7 @@ impl Framer {
             consumed: 0,
             data: Vec::new(),
             has_data: false,
+            multiline: false,
             event_type: Vec::new(),
             id_buffer: Vec::new(),
             id_dirty: false,
@@ -228,6 +232,7 @@ impl Framer {
     fn clear_block(&mut self) {
         self.data = Vec::new();
         self.has_data = false;
+        self.multiline = false;
         self.event_type.clear();
         self.block_offset = None;
         self.block_retry = None;
@@ -381,6 +386,7 @@ impl Framer {
                 }
                 if self.has_data {
                     self.data.push(b'\n');
+                    self.multiline = true;
                 }
                 self.data.extend_from_slice(value);
                 self.has_data = true;
@@ -420,6 +426,7 @@ impl Framer {
             on_event(RawEvent {
                 event: &self.event_type,
                 data: &self.data,
+                multiline: self.multiline,
                 id: &self.last_event_id,
                 id_generation: self.id_generation,
                 retry: self.block_retry.as_ref(),
@@ -431,6 +438,7 @@ impl Framer {
             self.data.clear();
         }
         self.has_data = false;
+        self.multiline = false;
         self.event_type.clear();
         self.block_offset = None;
         self.block_retry = None;

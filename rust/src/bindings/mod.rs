@@ -1,5 +1,6 @@
 //! The PyO3 binding layer: converts types and raises exceptions; the work is done by the core.
 
+mod decoding;
 mod framing;
 
 use pyo3::prelude::*;
@@ -74,6 +75,7 @@ fn py_bytes_type(py: Python<'_>) -> Bound<'_, PyType> {
 #[pymodule(gil_used = false)]
 fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<framing::SSEDecoder>()?;
+    m.add_class::<decoding::EventDecoder>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

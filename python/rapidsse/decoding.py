@@ -1,0 +1,447 @@
+"""Typed events: framed SSE payloads (or WebSocket messages) decoded into msgspec Structs.
+
+The hot path is one msgspec call per chunk: the backend frames the chunk, joins the payloads whose
+``type`` the schemas know into JSON lines and decodes them with ``Decoder.decode_lines``. Anything
+else (an unknown or missing ``type``, a bad payload, one spanning several ``data:`` lines) is decoded
+alone by :func:`_careful`, the one place that decides what such a payload becomes, for both backends:
+
+- a known event -> its Struct (nested unknown types kept as ``UnknownVariant`` members);
+- JSON without ``type`` -> the Struct named by the SSE event name, if it names one;
+- any other JSON object -> :class:`UnknownEvent` (never an error, never lost);
+- invalid JSON, a non-object, or a known type that does not fit its schema -> :class:`DecodeError`,
+  or per ``on_error``: dropped (``"skip"``) or yielded as :class:`InvalidEvent` (``"keep"``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any, Callable, Literal, Union
+
+import msgspec
+
+from . import chat, realtime, responses
+from ._backend import native
+from ._pure.framing import Framer
+from ._schema import UnknownEvent, decode_lenient
+from .errors import DecodeError, SSEError, StreamError
+from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, ServerSentEvent
+
+__all__ = [
+    "EventDecoder",
+    "InvalidEvent",
+    "UnknownEvent",
+    "aiter_events",
+    "decode_realtime",
+    "encode_sse",
+    "iter_events",
+    "iter_realtime",
+]
+
+Protocol = Literal["responses", "chat"]
+OnError = Literal["raise", "skip", "keep"]
+_DONE = b"[DONE]"
+
+
+class InvalidEvent(msgspec.Struct, gc=False):
+    """A payload that could not be decoded, yielded instead of raising with ``on_error="keep"``.
+
+    ``raw`` is the payload as received, ``event`` its SSE event name and ``error`` the
+    :class:`DecodeError` that ``on_error="raise"`` would have raised.
+    """
+
+    raw: bytes
+    event: str
+    error: Any
+
+
+class _Schema:
+    """What the decoder needs to know of one protocol's schemas."""
+
+    __slots__ = ("name", "event", "event_types", "tagged", "decode_lines", "decode_one")
+
+    def __init__(self, name: str, module: Any, tagged: bool) -> None:
+        self.name = name
+        self.event = module.Event
+        self.event_types: dict[str, type] = module.EVENT_TYPES
+        self.tagged = tagged
+        decoder = msgspec.json.Decoder(module.Event)
+        self.decode_lines = decoder.decode_lines
+        self.decode_one = decoder.decode
+
+
+_SCHEMAS = {
+    "responses": _Schema("responses", responses, tagged=True),
+    "chat": _Schema("chat", chat, tagged=False),
+    "realtime": _Schema("realtime", realtime, tagged=True),
+}
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _decode_alone(schema: _Schema, raw: bytes, event: str) -> Any:
+    """Decodes one payload the careful way (see the module docstring). Raises :class:`_Invalid`."""
+    try:
+        payload = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        payload = raw.decode("utf-8", "replace")  # as the framer does for text: U+FFFD
+    try:
+        return decode_lenient(payload, schema.event)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        first_error = exc
+    try:
+        obj = msgspec.json.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise _Invalid(f"invalid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise _Invalid(f"expected a JSON object, got {_json_kind(obj)}")
+    if schema.tagged:
+        if "type" not in obj:
+            cls = schema.event_types.get(event)
+            if cls is None:
+                return UnknownEvent(type=event, raw=raw)
+            try:
+                return decode_lenient(payload, cls)
+            except msgspec.ValidationError as exc:
+                raise _Invalid(f"{exc} (decoded as {event!r}, the SSE event name)") from None
+        tag = obj["type"]
+        if not isinstance(tag, str):
+            raise _Invalid(f"`type` must be a string, got {_json_kind(tag)}")
+        if tag not in schema.event_types:
+            return UnknownEvent(type=tag, raw=raw)
+    raise _Invalid(str(first_error))
+
+
+def _json_kind(obj: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(obj), "number"
+    )
+
+
+def _careful(schema: _Schema, on_error: str, raw: bytes, event: str, index: int, offset: int) -> Any:
+    """Decodes one payload alone and applies the ``on_error`` policy. Used by both backends."""
+    try:
+        return _decode_alone(schema, raw, event)
+    except _Invalid as bad:
+        error = DecodeError(str(bad), index=index, event=event, offset=offset, raw=raw)
+    if on_error == "raise":
+        raise error
+    if on_error == "skip":
+        return None
+    return InvalidEvent(raw=raw, event=event, error=error)
+
+
+def _as_tuple(*fields: Any) -> tuple[Any, ...]:
+    return fields
+
+
+class _PyEventCore:
+    """The pure-Python twin of the Rust ``EventDecoder`` (same batching, same careful path)."""
+
+    __slots__ = ("_framer", "_decode_lines", "_careful", "_done_marker", "done")
+
+    def __init__(
+        self,
+        max_event_size: int | None,
+        decode_lines: Callable[[bytes], list[Any]],
+        careful: Callable[..., Any],
+        done_marker: bytes | None,
+    ) -> None:
+        self._framer = Framer(max_event_size)
+        self._decode_lines = decode_lines
+        self._careful = careful
+        self._done_marker = done_marker
+        self.done = False
+
+    def feed(self, data: Bytes) -> list[Any]:
+        if self.done:
+            return []
+        raw: list[tuple[Any, ...]] = []
+        pending: SSEError | None = None
+        try:
+            self._framer.feed(data, raw, _as_tuple)
+        except SSEError as exc:
+            pending = exc
+        if self._done_marker is not None:
+            for i, item in enumerate(raw):
+                if item[1] == self._done_marker:
+                    del raw[i:]
+                    self.done = True
+                    break
+        out = self._build(raw)
+        if pending is not None:
+            pending.events = out
+            raise pending
+        return out
+
+    def _build(self, raw: list[tuple[Any, ...]]) -> list[Any]:
+        n = len(raw)
+        if not n:
+            return []
+        lines = b"\n".join([item[1] for item in raw])
+        if lines.count(b"\n") == n - 1:  # no payload spans lines
+            try:
+                events = self._decode_lines(lines)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                pass
+            else:
+                if len(events) == n:
+                    return events
+        out: list[Any] = []
+        careful = self._careful
+        for event, data, _id, _retry, index, offset in raw:
+            try:
+                decoded = careful(data, event, index, offset)
+            except SSEError as exc:
+                exc.events = out
+                raise
+            if decoded is not None:
+                out.append(decoded)
+        return out
+
+    def close(self) -> list[Any]:
+        self._framer.close()
+        self.done = False
+        return []
+
+    def reset(self) -> None:
+        self._framer.reset()
+        self.done = False
+
+    @property
+    def last_event_id(self) -> str:
+        return self._framer.last_event_id
+
+
+def _is_error_event(event: Any) -> bool:
+    if isinstance(event, (responses.Error, realtime.Error)):
+        return True
+    return isinstance(event, chat.ChatCompletionChunk) and event.error is not None
+
+
+class EventDecoder:
+    """Push-style decoder of a Responses or Chat Completions SSE stream into typed events.
+
+    ``feed(data) -> list`` takes the next chunk of bytes and returns the typed events it completed
+    (``rapidsse.responses`` / ``rapidsse.chat`` Structs, :class:`UnknownEvent` for unknown types,
+    :class:`InvalidEvent` with ``on_error="keep"``). ``close()`` ends the stream. For Chat, ``data:
+    [DONE]`` ends it: it is not returned, ``done`` becomes true and later input is ignored.
+
+    ``on_error``: ``"raise"`` (default) raises :class:`DecodeError` for a bad payload, with the
+    events decoded before it in that chunk in ``err.events``; ``"skip"`` drops it; ``"keep"`` returns
+    it as an :class:`InvalidEvent`. ``raise_on_error_event=True`` raises :class:`StreamError` for an
+    ``error`` event (Responses) or a chunk with an ``error`` object (Chat).
+
+    >>> dec = EventDecoder("responses")
+    >>> dec.feed(b'data: {"type":"response.output_text.delta","delta":"Hi"}\\n\\n')[0].delta
+    'Hi'
+    """
+
+    __slots__ = ("_core", "feed", "protocol", "on_error")
+
+    feed: Callable[[Bytes], list[Any]]
+
+    def __init__(
+        self,
+        protocol: Protocol = "responses",
+        *,
+        on_error: OnError = "raise",
+        max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
+        raise_on_error_event: bool = False,
+    ) -> None:
+        if protocol not in ("responses", "chat"):
+            raise ValueError(f"protocol must be 'responses' or 'chat', not {protocol!r} (realtime: decode_realtime)")
+        if on_error not in ("raise", "skip", "keep"):
+            raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
+        schema = _SCHEMAS[protocol]
+        careful = functools.partial(_careful, schema, on_error)
+        done_marker = _DONE if protocol == "chat" else None
+        if native is not None:
+            known = list(schema.event_types) if schema.tagged else None
+            self._core: Any = native.EventDecoder(
+                max_event_size, known, schema.decode_lines, careful, done_marker
+            )
+        else:
+            self._core = _PyEventCore(max_event_size, schema.decode_lines, careful, done_marker)
+        self.protocol = protocol
+        self.on_error = on_error
+        self.feed = self._feed_checked if raise_on_error_event else self._core.feed
+
+    def _feed_checked(self, data: Bytes) -> list[Any]:
+        try:
+            events = self._core.feed(data)
+        except SSEError as exc:
+            _raise_first_error_event(exc.events)
+            raise
+        _raise_first_error_event(events)
+        return events
+
+    def close(self) -> list[Any]:
+        """Ends the stream: an unfinished event is discarded. Returns ``[]``."""
+        return self._core.close()
+
+    def reset(self) -> None:
+        """Starts a new stream (after an :class:`EventTooLarge`, or to reuse the decoder)."""
+        self._core.reset()
+
+    @property
+    def done(self) -> bool:
+        """Whether ``data: [DONE]`` ended the stream (Chat)."""
+        return self._core.done
+
+    @property
+    def last_event_id(self) -> str:
+        """The SSE last event id committed so far (for ``Last-Event-ID`` on reconnect)."""
+        return self._core.last_event_id
+
+
+def _raise_first_error_event(events: list[Any]) -> None:
+    for i, event in enumerate(events):
+        if _is_error_event(event):
+            raise StreamError(event, events=events[:i])
+
+
+def _chunks(source: Any) -> Iterable[Bytes]:
+    iter_bytes = getattr(source, "iter_bytes", None)
+    return iter_bytes() if callable(iter_bytes) else source
+
+
+def iter_events(
+    source: Iterable[Bytes],
+    protocol: Protocol = "responses",
+    on_error: OnError = "raise",
+    *,
+    max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
+    raise_on_error_event: bool = False,
+) -> Iterator[Any]:
+    """Yields the typed events of a stream: an iterable of byte chunks, or an object with
+    ``iter_bytes()`` such as an ``httpx.Response``. See :class:`EventDecoder` for the options.
+
+    Events decoded before an error are yielded before it is raised; nothing is lost.
+    """
+    decoder = EventDecoder(
+        protocol, on_error=on_error, max_event_size=max_event_size, raise_on_error_event=raise_on_error_event
+    )
+    feed = decoder.feed
+    for chunk in _chunks(source):
+        try:
+            events = feed(chunk)
+        except SSEError as exc:
+            yield from exc.events
+            raise
+        yield from events
+        if decoder.done:
+            return
+    decoder.close()
+
+
+async def aiter_events(
+    source: AsyncIterable[Bytes],
+    protocol: Protocol = "responses",
+    on_error: OnError = "raise",
+    *,
+    max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
+    raise_on_error_event: bool = False,
+) -> AsyncIterator[Any]:
+    """Async twin of :func:`iter_events`: an async iterable of byte chunks, or an object with
+    ``aiter_bytes()`` such as an ``httpx.Response`` from ``AsyncClient.stream``."""
+    decoder = EventDecoder(
+        protocol, on_error=on_error, max_event_size=max_event_size, raise_on_error_event=raise_on_error_event
+    )
+    feed = decoder.feed
+    aiter_bytes = getattr(source, "aiter_bytes", None)
+    chunks = aiter_bytes() if callable(aiter_bytes) else source
+    async for chunk in chunks:
+        try:
+            events = feed(chunk)
+        except SSEError as exc:
+            for event in exc.events:
+                yield event
+            raise
+        for event in events:
+            yield event
+        if decoder.done:
+            return
+    decoder.close()
+
+
+# --- Realtime: one JSON message per WebSocket frame ------------------------------------------
+
+_realtime_decode = _SCHEMAS["realtime"].decode_one
+
+
+def decode_realtime(message: bytes | bytearray | memoryview | str, *, index: int = 0) -> Any:
+    """Decodes one Realtime API server event (a WebSocket text message) into its Struct.
+
+    Unknown types become :class:`UnknownEvent`; invalid JSON or a known type that does not fit
+    raises :class:`DecodeError` (``index`` is reported in it).
+    """
+    try:
+        return _realtime_decode(message)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass
+    if isinstance(message, str):
+        raw = message.encode("utf-8", "surrogatepass")
+    else:
+        raw = bytes(message)
+    return _careful(_SCHEMAS["realtime"], "raise", raw, "message", index, 0)
+
+
+def iter_realtime(messages: Iterable[bytes | str], on_error: OnError = "raise") -> Iterator[Any]:
+    """Yields the typed events of an iterable of Realtime messages (e.g. a WebSocket connection)."""
+    if on_error not in ("raise", "skip", "keep"):
+        raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
+    schema = _SCHEMAS["realtime"]
+    for index, message in enumerate(messages):
+        try:
+            yield _realtime_decode(message)
+            continue
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass
+        raw = message.encode("utf-8", "surrogatepass") if isinstance(message, str) else bytes(message)
+        decoded = _careful(schema, on_error, raw, "message", index, 0)
+        if decoded is not None:
+            yield decoded
+
+
+# --- Writing events back ------------------------------------------------------------------------
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+_encode = msgspec.json.Encoder().encode
+
+
+def encode_sse(event: Any) -> bytes:
+    """Writes a typed event back as SSE bytes (``event:`` line + ``data:`` line(s) + blank line),
+    so that a gateway can re-emit what it parsed; decoding the result gives an equal event.
+
+    Chat chunks are written as ``data:`` only (as servers do; end the stream with
+    ``b"data: [DONE]\\n\\n"``); :class:`UnknownEvent` and :class:`InvalidEvent` write their raw payload;
+    a :class:`ServerSentEvent` is written with its ``id`` and ``retry``.
+    """
+    if isinstance(event, ServerSentEvent):
+        head = b""
+        if event.id:
+            head += b"id: " + event.id.encode() + b"\n"
+        if event.retry is not None:
+            head += b"retry: %d\n" % event.retry
+        if event.event != "message":
+            head += b"event: " + event.event.encode() + b"\n"
+        return head + _data_lines(event.data.encode())
+    if isinstance(event, UnknownEvent):
+        return b"event: " + event.type.encode() + b"\n" + _data_lines(event.raw)
+    if isinstance(event, InvalidEvent):
+        head = b"" if event.event == "message" else b"event: " + event.event.encode() + b"\n"
+        return head + _data_lines(event.raw)
+    if isinstance(event, chat.ChatCompletionChunk):
+        return b"data: " + _encode(event) + b"\n\n"
+    tag = getattr(event, "type", None)
+    if not isinstance(tag, str) or not isinstance(event, msgspec.Struct):
+        raise TypeError(f"encode_sse() takes a rapidsse event, not {type(event).__name__}")
+    return b"event: " + tag.encode() + b"\ndata: " + _encode(event) + b"\n\n"
+
+
+def _data_lines(payload: bytes) -> bytes:
+    return b"".join(b"data: " + line + b"\n" for line in _EOL.split(payload)) + b"\n"

@@ -1,0 +1,209 @@
+//! `EventDecoder`: framing plus one msgspec call per chunk for the typed events.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use super::framing::{framing_error, StringCache};
+use super::with_bytes;
+use crate::batch::{Batch, Route, Router};
+use crate::framing::Framer;
+
+/// Where one event of the current chunk went.
+enum Planned {
+    /// In the batch at `span` of the batch buffer.
+    Batched { span: (usize, usize), name: (usize, usize), index: u64, offset: u64 },
+    /// Decoded alone by the careful path.
+    Careful { raw: Vec<u8>, name: (usize, usize), index: u64, offset: u64 },
+}
+
+/// Push-style typed-event decoder (the Rust core of `rapidsse.EventDecoder`).
+///
+/// `batch_decode(lines: bytes) -> list` decodes JSON lines (msgspec's `Decoder.decode_lines`);
+/// `careful(raw: bytes, event: str, index: int, offset: int) -> event | None` decodes one payload
+/// the batch could not take, applying the `on_error` policy (it may raise `DecodeError`).
+#[pyclass(module = "rapidsse._rapidsse")]
+pub struct EventDecoder {
+    framer: Framer,
+    router: Router,
+    done_marker: Option<Vec<u8>>,
+    batch_decode: Py<PyAny>,
+    careful: Py<PyAny>,
+    strings: StringCache,
+    batch: Batch,
+    names: Vec<u8>,
+    plan: Vec<Planned>,
+    done: bool,
+}
+
+impl EventDecoder {
+    fn decode_batch<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyList>> {
+        let lines = self.batch.as_bytes()?;
+        let decoded = self.batch_decode.bind(py).call1((PyBytes::new(py, lines),)).ok()?;
+        let list = decoded.cast_into::<PyList>().ok()?;
+        // A count mismatch would mean payloads were not one JSON value each: decode them alone.
+        (list.len() == self.batch.len()).then_some(list)
+    }
+
+    fn careful_one<'py>(
+        &mut self,
+        py: Python<'py>,
+        raw: &[u8],
+        name: (usize, usize),
+        index: u64,
+        offset: u64,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let name = self.strings.event_name(py, &self.names[name.0..name.1]);
+        let result = self.careful.bind(py).call1((PyBytes::new(py, raw), name, index, offset))?;
+        Ok((!result.is_none()).then_some(result))
+    }
+
+    /// Turns this chunk's plan into the list of events, in stream order. On an error, `out`
+    /// holds the events before it.
+    fn build<'py>(&mut self, py: Python<'py>, out: &mut Bound<'py, PyList>) -> PyResult<()> {
+        let decoded = self.decode_batch(py);
+        if let Some(list) = &decoded {
+            if self.plan.len() == self.batch.len() {
+                // The usual case: msgspec's list is the answer.
+                *out = list.clone();
+                return Ok(());
+            }
+        }
+        let plan = std::mem::take(&mut self.plan);
+        let mut next = 0usize;
+        let mut result = Ok(());
+        for entry in &plan {
+            let item = match entry {
+                Planned::Batched { span, name, index, offset } => match &decoded {
+                    Some(list) => {
+                        next += 1;
+                        Ok(Some(list.get_item(next - 1)?))
+                    }
+                    None => {
+                        let raw = self.batch_raw(*span);
+                        self.careful_one(py, &raw, *name, *index, *offset)
+                    }
+                },
+                Planned::Careful { raw, name, index, offset } => {
+                    self.careful_one(py, raw, *name, *index, *offset)
+                }
+            };
+            match item {
+                Ok(Some(event)) => out.append(event)?,
+                Ok(None) => {}
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
+            }
+        }
+        self.plan = plan;
+        result
+    }
+
+    fn batch_raw(&self, span: (usize, usize)) -> Vec<u8> {
+        self.batch.as_bytes().map(|b| b[span.0..span.1].to_vec()).unwrap_or_default()
+    }
+}
+
+#[pymethods]
+impl EventDecoder {
+    #[new]
+    #[pyo3(signature = (max_event_size, known_types, batch_decode, careful, done_marker = None))]
+    fn new(
+        py: Python<'_>,
+        max_event_size: Option<usize>,
+        known_types: Option<Vec<String>>,
+        batch_decode: Py<PyAny>,
+        careful: Py<PyAny>,
+        done_marker: Option<Vec<u8>>,
+    ) -> EventDecoder {
+        EventDecoder {
+            framer: Framer::new(max_event_size),
+            router: match known_types {
+                Some(tags) => Router::tagged(tags),
+                None => Router::untagged(),
+            },
+            done_marker,
+            batch_decode,
+            careful,
+            strings: StringCache::new(py),
+            batch: Batch::new(),
+            names: Vec::new(),
+            plan: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Feeds one chunk; returns the typed events it completed, in order.
+    fn feed<'py>(&mut self, py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let mut out = PyList::empty(py);
+        if self.done {
+            return Ok(out);
+        }
+        self.batch.clear();
+        self.names.clear();
+        self.plan.clear();
+        let framed = with_bytes(data, |bytes| {
+            let Self { framer, router, done_marker, batch, names, plan, done, .. } = self;
+            Ok(framer.feed(bytes, |e| {
+                if *done {
+                    return;
+                }
+                if done_marker.as_deref() == Some(e.data) {
+                    *done = true;
+                    return;
+                }
+                let name = (names.len(), names.len() + e.event.len());
+                names.extend_from_slice(e.event);
+                match router.route(e.data, e.multiline) {
+                    Route::Batch => {
+                        let start = batch.as_bytes().map_or(0, |b| b.len() + 1);
+                        batch.push(e.data);
+                        let span = (start, start + e.data.len());
+                        plan.push(Planned::Batched { span, name, index: e.index, offset: e.offset });
+                    }
+                    Route::Careful => plan.push(Planned::Careful {
+                        raw: e.data.to_vec(),
+                        name,
+                        index: e.index,
+                        offset: e.offset,
+                    }),
+                }
+            }))
+        })?;
+        let built = self.build(py, &mut out);
+        match (built, framed) {
+            (Err(err), _) => {
+                err.value(py).setattr("events", &out)?;
+                Err(err)
+            }
+            (Ok(()), Err(err)) => Err(framing_error(py, err, out.into_any().unbind())),
+            (Ok(()), Ok(())) => Ok(out),
+        }
+    }
+
+    /// Ends the stream (an unfinished event is discarded). Returns `[]`.
+    fn close<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyList> {
+        self.framer.close();
+        self.done = false;
+        PyList::empty(py)
+    }
+
+    /// Starts a new stream (after an `EventTooLarge`, or to reuse the decoder).
+    fn reset(&mut self) {
+        self.framer.reset();
+        self.done = false;
+    }
+
+    /// Whether the end-of-stream marker (`data: [DONE]`) was seen.
+    #[getter]
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    #[getter]
+    fn last_event_id<'py>(&mut self, py: Python<'py>) -> Bound<'py, pyo3::types::PyString> {
+        let generation = self.framer.id_generation();
+        self.strings.id(py, self.framer.last_event_id(), generation)
+    }
+}
