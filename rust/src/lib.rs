@@ -7,6 +7,7 @@
 //!
 //! The PyO3 binding layer lives in `bindings` and is compiled only with the `python` feature.
 
+pub mod accumulate;
 pub mod batch;
 pub mod framing;
 pub mod scan;

@@ -1,0 +1,1015 @@
+//! Accumulation: the final object of a stream, built from its events.
+//!
+//! - [`ResponseAccumulator`]: Responses API events -> a `Response` object;
+//! - [`ChatAccumulator`]: Chat Completions chunks -> a `ChatCompletion` object;
+//! - [`RealtimeAccumulator`]: Realtime server events -> `{response_id: realtime response}`.
+//!
+//! Each takes one event's JSON payload per [`add_json`](ResponseAccumulator::add_json) call
+//! (the SSE `data`, or one WebSocket message) and hands back the object built so far as
+//! JSON bytes from `snapshot_json()`, at any point: a stream cut short still snapshots
+//! everything received. Text grows in place (`String::push_str` into the kept JSON value),
+//! so the cost is linear in the input whatever the number of deltas.
+//!
+//! Rules shared by the three (the Python twin keeps the same ones):
+//!
+//! - A payload that is exactly `[DONE]` (ASCII whitespace around it allowed) is ignored:
+//!   not an error, not counted in `events()`.
+//! - A payload that is not JSON, not UTF-8, or JSON but not an object is an
+//!   [`AccumulateError`]; the accumulator is left unchanged and `events()` does not count it.
+//! - Every other payload counts in `events()`. A Responses/Realtime event whose read fields
+//!   have unexpected types (strings: `type`, `item_id`, `response_id`, `delta`, `text`,
+//!   `refusal`, `arguments`, `input`, `transcript`, `name`, `call_id`; non-negative integers:
+//!   `sequence_number`, `output_index`, `content_index`, `summary_index`,
+//!   `annotation_index`; `null` always counts as absent), or with a duplicated read field,
+//!   is not an error: it counts in `unknown_events()` and, when its type is one the
+//!   accumulator uses, pushes the warning `"{type}: malformed event ignored"`.
+//! - Servers' `.done` events and final objects are authoritative: their item (part, text)
+//!   replaces ours, except that a server value that is missing, `null`, `""` or `[]` never
+//!   replaces ours (when ours is present and not null) for these keys: item-level
+//!   `arguments`, `input`, `code`, `content`, `summary`; part-level `text`, `refusal`,
+//!   `transcript`, `annotations`. (Servers send `content_part.done` with an empty part,
+//!   `output_item.done` without `content`, a final response with an empty `output`.)
+//!   When both `content` (or `summary`) arrays are non-empty, the server's array wins and
+//!   each of its parts is settled against ours at the same position (ours beyond its length
+//!   are dropped). When the server's and our text are both non-empty and differ, the
+//!   server's wins and the warning
+//!   `"{event type}: item {id} {path} differs from the accumulated deltas"` is pushed
+//!   (`{id}` is the item id, or `#{position}` when the item has none; `{path}` is e.g.
+//!   `arguments`, `content[0].text`, `summary[1].text`, `content[0].transcript`).
+//! - `error` events (chunks with an `error` object for Chat) push the warning
+//!   `"error event: {message}"` (`{message}` is the error's `message`, or `(no message)`)
+//!   and count in `unknown_events()`; they never change the result and are never fatal.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+mod chat;
+mod realtime;
+mod responses;
+
+pub use chat::ChatAccumulator;
+pub use realtime::RealtimeAccumulator;
+pub use responses::ResponseAccumulator;
+
+/// How many bytes of a bad payload an error message quotes.
+const EXCERPT_BYTES: usize = 80;
+
+/// A payload the accumulators cannot read at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AccumulateError {
+    /// Not valid JSON (or not valid UTF-8). `line`/`column` are 1-based, as serde_json reports.
+    InvalidJson {
+        message: String,
+        event_index: u64,
+        line: usize,
+        column: usize,
+        excerpt: String,
+    },
+    /// Valid JSON, but not an object.
+    NotAnObject { event_index: u64, excerpt: String },
+}
+
+impl fmt::Display for AccumulateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AccumulateError::InvalidJson { message, event_index, line, column, excerpt } => write!(
+                f,
+                "invalid JSON in event {event_index} at line {line} column {column}: {message}: {excerpt:?}"
+            ),
+            AccumulateError::NotAnObject { event_index, excerpt } => {
+                write!(f, "event {event_index} is not a JSON object: {excerpt:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for AccumulateError {}
+
+/// The first [`EXCERPT_BYTES`] bytes of `payload`, decoded lossily.
+fn excerpt(payload: &[u8]) -> String {
+    String::from_utf8_lossy(&payload[..payload.len().min(EXCERPT_BYTES)]).into_owned()
+}
+
+/// Whether the payload is the Chat Completions end marker `[DONE]`.
+pub(crate) fn is_done_marker(payload: &[u8]) -> bool {
+    payload.trim_ascii() == b"[DONE]"
+}
+
+/// What became of a payload that did not parse into the typed event.
+pub(crate) enum Rejected {
+    /// Unreadable: the caller returns this error.
+    Error(AccumulateError),
+    /// A well-formed object whose fields have unexpected types; carries its `type` (or `?`).
+    Malformed(String),
+}
+
+/// Parses a payload into the typed event `T`, telling unreadable input from odd fields.
+///
+/// Only an object is accepted: serde's derived structs would also take a JSON array.
+pub(crate) fn parse_event<'a, T: Deserialize<'a>>(
+    payload: &'a [u8],
+    event_index: u64,
+) -> Result<T, Rejected> {
+    let starts_object = payload.trim_ascii_start().first() == Some(&b'{');
+    if starts_object {
+        match serde_json::from_slice::<T>(payload) {
+            Ok(event) => return Ok(event),
+            Err(e) if e.is_data() => {
+                // The object may still be broken further on: only a clean one is "malformed".
+                if serde_json::from_slice::<IgnoredAny>(payload).is_ok() {
+                    #[derive(Deserialize)]
+                    struct Head<'a> {
+                        #[serde(borrow, rename = "type")]
+                        kind: Option<Str<'a>>,
+                    }
+                    let kind = serde_json::from_slice::<Head>(payload)
+                        .ok()
+                        .and_then(|h| h.kind)
+                        .map_or_else(|| "?".to_owned(), |k| k.0.into_owned());
+                    return Err(Rejected::Malformed(kind));
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    Err(Rejected::Error(
+        match serde_json::from_slice::<IgnoredAny>(payload) {
+            Ok(_) => AccumulateError::NotAnObject {
+                event_index,
+                excerpt: excerpt(payload),
+            },
+            Err(e) => AccumulateError::InvalidJson {
+                message: e.to_string(),
+                event_index,
+                line: e.line(),
+                column: e.column(),
+                excerpt: excerpt(payload),
+            },
+        },
+    ))
+}
+
+/// A string field borrowed from the payload when it has no escapes.
+///
+/// (`#[serde(borrow)]` does not reach a `Cow` inside an `Option`; a newtype does.)
+#[derive(Deserialize, Debug)]
+#[serde(transparent)]
+pub(crate) struct Str<'a>(#[serde(borrow)] pub Cow<'a, str>);
+
+/// A JSON object's entries in order, keys borrowed, values left unparsed.
+pub(crate) struct RawEntries<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawEntries<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntriesVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for EntriesVisitor<'a> {
+            type Value = RawEntries<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some((key, value)) = map.next_entry::<Str<'a>, &'a RawValue>()? {
+                    entries.push((key.0, value));
+                }
+                Ok(RawEntries(entries))
+            }
+        }
+        deserializer.deserialize_map(EntriesVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Parses a kept fragment (item, part, response object) into an owned object, if it is one.
+pub(crate) fn raw_object(raw: Option<&RawValue>) -> Option<Map<String, Value>> {
+    match serde_json::from_str::<Value>(raw?.get()) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+/// The warning for an error: `"error event: {message}"`, `(no message)` when not a string.
+pub(crate) fn error_warning(message: Option<&Value>) -> String {
+    format!(
+        "error event: {}",
+        message.and_then(Value::as_str).unwrap_or("(no message)")
+    )
+}
+
+/// The warning for an `error` event: the `message` of its `error` object (Realtime), else
+/// its own `message` (the flat Responses API event).
+pub(crate) fn event_error_warning(ev: &StreamEvent<'_>) -> String {
+    let nested = raw_object(ev.error)
+        .and_then(|mut e| e.remove("message"))
+        .filter(Value::is_string);
+    let flat = || {
+        ev.message
+            .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
+    };
+    error_warning(nested.or_else(flat).as_ref())
+}
+
+/// Appends `delta` to the string at `map[key]`, creating it (or replacing a non-string) first.
+pub(crate) fn append_text(map: &mut Map<String, Value>, key: &str, delta: &str) {
+    match map.get_mut(key) {
+        Some(Value::String(text)) => text.push_str(delta),
+        _ => {
+            map.insert(key.to_owned(), Value::String(delta.to_owned()));
+        }
+    }
+}
+
+fn non_empty_str(value: Option<&Value>) -> Option<&str> {
+    value.and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// Where a warning points: the event type that brought the server's value and the item.
+pub(crate) struct Origin<'a> {
+    pub source: &'a str,
+    pub item: &'a str,
+}
+
+impl Origin<'_> {
+    fn warn(&self, warnings: &mut Vec<String>, path: &str) {
+        warnings.push(format!(
+            "{}: item {} {} differs from the accumulated deltas",
+            self.source, self.item, path
+        ));
+    }
+}
+
+/// Sets `map[key]` to the server's text, unless that is empty and the deltas built some.
+pub(crate) fn settle_text(
+    map: &mut Map<String, Value>,
+    key: &str,
+    server: &str,
+    origin: &Origin<'_>,
+    path: &str,
+    warnings: &mut Vec<String>,
+) {
+    let ours = non_empty_str(map.get(key));
+    if server.is_empty() {
+        if ours.is_none() {
+            map.insert(key.to_owned(), Value::String(String::new()));
+        }
+        return;
+    }
+    if let Some(ours) = ours {
+        if ours != server {
+            origin.warn(warnings, path);
+        }
+    }
+    map.insert(key.to_owned(), Value::String(server.to_owned()));
+}
+
+const ITEM_TEXT_KEYS: [&str; 3] = ["arguments", "input", "code"];
+const PART_TEXT_KEYS: [&str; 3] = ["text", "refusal", "transcript"];
+const PART_ARRAYS: [&str; 2] = ["content", "summary"];
+
+fn is_empty_value(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// When the server's `key` is missing, null, `""` or `[]` and ours is present and not null,
+/// moves ours into the server's object and returns true.
+fn keep_ours(ours: &mut Map<String, Value>, server: &mut Map<String, Value>, key: &str) -> bool {
+    if !is_empty_value(server.get(key)) || ours.get(key).is_none_or(Value::is_null) {
+        return false;
+    }
+    let kept = ours.remove(key).unwrap_or(Value::Null);
+    server.insert(key.to_owned(), kept);
+    true
+}
+
+/// Warns when our and the server's `key` are both non-empty strings and differ.
+fn compare_text(
+    ours: &Map<String, Value>,
+    server: &Map<String, Value>,
+    key: &str,
+    origin: &Origin<'_>,
+    path: impl FnOnce() -> String,
+    warnings: &mut Vec<String>,
+) {
+    if let (Some(mine), Some(theirs)) =
+        (non_empty_str(ours.get(key)), non_empty_str(server.get(key)))
+    {
+        if mine != theirs {
+            origin.warn(warnings, &path());
+        }
+    }
+}
+
+/// Replaces one content/summary part by the server's, keeping our `text`, `refusal`,
+/// `transcript` and `annotations` where the server's are empty (see [`keep_ours`]).
+pub(crate) fn settle_part(
+    ours: &mut Map<String, Value>,
+    mut server: Map<String, Value>,
+    origin: &Origin<'_>,
+    prefix: &str,
+    warnings: &mut Vec<String>,
+) {
+    keep_ours(ours, &mut server, "annotations");
+    for key in PART_TEXT_KEYS {
+        if !keep_ours(ours, &mut server, key) {
+            compare_text(
+                ours,
+                &server,
+                key,
+                origin,
+                || format!("{prefix}{key}"),
+                warnings,
+            );
+        }
+    }
+    *ours = server;
+}
+
+/// Replaces an item by the server's version of it, keeping our `arguments`, `input`, `code`,
+/// `content` and `summary` where the server's are empty (see [`keep_ours`]). When both have a
+/// non-empty `content` / `summary` array, the server's (its length) wins and each of its
+/// parts is settled against ours at the same position.
+pub(crate) fn settle_item(
+    ours: &mut Map<String, Value>,
+    mut server: Map<String, Value>,
+    origin: &Origin<'_>,
+    warnings: &mut Vec<String>,
+) {
+    for array_key in PART_ARRAYS {
+        if keep_ours(ours, &mut server, array_key) {
+            continue;
+        }
+        let (Some(Value::Array(our_parts)), Some(Value::Array(server_parts))) =
+            (ours.get_mut(array_key), server.get_mut(array_key))
+        else {
+            continue;
+        };
+        for (i, server_part) in server_parts.iter_mut().enumerate() {
+            if let (Some(Value::Object(mine)), Value::Object(theirs)) =
+                (our_parts.get_mut(i), &mut *server_part)
+            {
+                let theirs = std::mem::take(theirs);
+                settle_part(
+                    mine,
+                    theirs,
+                    origin,
+                    &format!("{array_key}[{i}]."),
+                    warnings,
+                );
+                *server_part = Value::Object(std::mem::take(mine));
+            }
+        }
+    }
+    for key in ITEM_TEXT_KEYS {
+        if !keep_ours(ours, &mut server, key) {
+            compare_text(ours, &server, key, origin, || key.to_owned(), warnings);
+        }
+    }
+    *ours = server;
+}
+
+/// The item types a delta may write into, and the type it creates when none fits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum ItemKind {
+    Message,
+    Reasoning,
+    FunctionCall,
+    CustomToolCall,
+    McpCall,
+    CodeInterpreterCall,
+    /// Parts of an unknown type: any item; a `message` when one must be created.
+    Any,
+}
+
+impl ItemKind {
+    fn type_name(self) -> &'static str {
+        match self {
+            ItemKind::Message | ItemKind::Any => "message",
+            ItemKind::Reasoning => "reasoning",
+            ItemKind::FunctionCall => "function_call",
+            ItemKind::CustomToolCall => "custom_tool_call",
+            ItemKind::McpCall => "mcp_call",
+            ItemKind::CodeInterpreterCall => "code_interpreter_call",
+        }
+    }
+
+    fn fits(self, item: &Map<String, Value>) -> bool {
+        self == ItemKind::Any || item.get("type").and_then(Value::as_str) == Some(self.type_name())
+    }
+}
+
+/// Which API's item shapes to create.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Flavor {
+    Responses,
+    Realtime,
+}
+
+/// The item an event names: `item_id` and/or `output_index`, both optional.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ItemRef<'a> {
+    pub item_id: Option<&'a str>,
+    pub output_index: Option<u64>,
+}
+
+/// The output items of one response, in output order, found by id or output index.
+///
+/// Keying: an item is found by its `id` first; `output_index` is only a fallback (vendors
+/// reuse or omit it). Both maps point at the latest item that claimed the key.
+#[derive(Debug)]
+pub(crate) struct ItemStore {
+    flavor: Flavor,
+    items: Vec<Map<String, Value>>,
+    done: Vec<bool>,
+    by_id: HashMap<String, usize>,
+    by_index: HashMap<u64, usize>,
+}
+
+fn item_id(item: &Map<String, Value>) -> Option<&str> {
+    non_empty_str(item.get("id"))
+}
+
+impl ItemStore {
+    pub fn new(flavor: Flavor) -> Self {
+        ItemStore {
+            flavor,
+            items: Vec::new(),
+            done: Vec::new(),
+            by_id: HashMap::new(),
+            by_index: HashMap::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn items(&self) -> &[Map<String, Value>] {
+        &self.items
+    }
+
+    pub fn get_mut(&mut self, position: usize) -> &mut Map<String, Value> {
+        &mut self.items[position]
+    }
+
+    /// How warnings name the item at `position`.
+    pub fn label(&self, position: usize) -> String {
+        match item_id(&self.items[position]) {
+            Some(id) => id.to_owned(),
+            None => format!("#{position}"),
+        }
+    }
+
+    fn push(&mut self, item: Map<String, Value>, output_index: Option<u64>) -> usize {
+        let position = self.items.len();
+        if let Some(id) = item_id(&item) {
+            self.by_id.insert(id.to_owned(), position);
+        }
+        if let Some(index) = output_index {
+            self.by_index.insert(index, position);
+        }
+        self.items.push(item);
+        self.done.push(false);
+        position
+    }
+
+    /// The earlier item an `output_item.added/done` for `item` refers to, if any: the one
+    /// with its id, else (when it has no id) the id-less one at its output index, provided
+    /// the types agree and, for `.added`, that item is not finished yet.
+    fn existing(
+        &self,
+        item: &Map<String, Value>,
+        output_index: Option<u64>,
+        for_done: bool,
+    ) -> Option<usize> {
+        let same_type = |p: usize| self.items[p].get("type") == item.get("type");
+        let open = |p: usize| for_done || !self.done[p];
+        match item_id(item) {
+            Some(id) => self
+                .by_id
+                .get(id)
+                .copied()
+                .filter(|&p| same_type(p) && open(p)),
+            None => output_index
+                .and_then(|i| self.by_index.get(&i).copied())
+                .filter(|&p| same_type(p) && open(p) && item_id(&self.items[p]).is_none()),
+        }
+    }
+
+    /// `output_item.added`: a new item, unless it re-announces one that deltas already
+    /// created (same id and type, not finished), which is then settled with the server's.
+    pub fn added(
+        &mut self,
+        item: Map<String, Value>,
+        output_index: Option<u64>,
+        source: &str,
+        warnings: &mut Vec<String>,
+    ) -> usize {
+        match self.existing(&item, output_index, false) {
+            Some(p) => {
+                self.settle(p, item, source, warnings);
+                if let Some(index) = output_index {
+                    self.by_index.insert(index, p);
+                }
+                p
+            }
+            None => self.push(item, output_index),
+        }
+    }
+
+    /// `output_item.done`: the server's item settles ours (or is added if it never was).
+    pub fn done(
+        &mut self,
+        item: Map<String, Value>,
+        output_index: Option<u64>,
+        source: &str,
+        warnings: &mut Vec<String>,
+    ) -> usize {
+        let p = match self.existing(&item, output_index, true) {
+            Some(p) => {
+                self.settle(p, item, source, warnings);
+                p
+            }
+            None => self.push(item, output_index),
+        };
+        self.done[p] = true;
+        p
+    }
+
+    fn settle(
+        &mut self,
+        p: usize,
+        server: Map<String, Value>,
+        source: &str,
+        warnings: &mut Vec<String>,
+    ) {
+        let label = self.label(p);
+        let origin = Origin {
+            source,
+            item: &label,
+        };
+        settle_item(&mut self.items[p], server, &origin, warnings);
+        if let Some(id) = item_id(&self.items[p]) {
+            self.by_id.insert(id.to_owned(), p);
+        }
+    }
+
+    /// The item a delta or part event writes into; created (in_progress) when none fits.
+    ///
+    /// With an `item_id`: the item with that id if its type fits; else an id-less fitting item
+    /// at the `output_index` (which adopts the id); else a new item with that id.
+    /// Without: the fitting item at the `output_index`; or, when there is no index either,
+    /// the last item if it fits and is not finished; else a new item (id `""`).
+    pub fn resolve(&mut self, at: ItemRef<'_>, kind: ItemKind) -> usize {
+        let fits = |store: &Self, p: usize| kind.fits(&store.items[p]);
+        if let Some(id) = at.item_id.filter(|id| !id.is_empty()) {
+            if let Some(&p) = self.by_id.get(id) {
+                if fits(self, p) {
+                    return p;
+                }
+            }
+            if let Some(&p) = at.output_index.and_then(|i| self.by_index.get(&i)) {
+                if fits(self, p) && item_id(&self.items[p]).is_none() {
+                    self.items[p].insert("id".to_owned(), Value::String(id.to_owned()));
+                    self.by_id.insert(id.to_owned(), p);
+                    return p;
+                }
+            }
+        } else if let Some(index) = at.output_index {
+            if let Some(&p) = self.by_index.get(&index) {
+                if fits(self, p) {
+                    return p;
+                }
+            }
+        } else if let Some(p) = self.items.len().checked_sub(1) {
+            if fits(self, p) && !self.done[p] {
+                return p;
+            }
+        }
+        let item = self.new_item(at.item_id.unwrap_or(""), kind);
+        self.push(item, at.output_index)
+    }
+
+    /// A minimal in-progress item of `kind`, valid for the SDK schemas.
+    fn new_item(&self, id: &str, kind: ItemKind) -> Map<String, Value> {
+        let mut item = Map::new();
+        item.insert("id".to_owned(), Value::String(id.to_owned()));
+        if self.flavor == Flavor::Realtime {
+            item.insert(
+                "object".to_owned(),
+                Value::String("realtime.item".to_owned()),
+            );
+        }
+        item.insert(
+            "type".to_owned(),
+            Value::String(kind.type_name().to_owned()),
+        );
+        let empty = || Value::String(String::new());
+        let in_progress = || Value::String("in_progress".to_owned());
+        match kind {
+            ItemKind::Message | ItemKind::Any => {
+                item.insert("status".to_owned(), in_progress());
+                item.insert("role".to_owned(), Value::String("assistant".to_owned()));
+                item.insert("content".to_owned(), Value::Array(Vec::new()));
+            }
+            ItemKind::Reasoning => {
+                item.insert("summary".to_owned(), Value::Array(Vec::new()));
+                item.insert("content".to_owned(), Value::Array(Vec::new()));
+            }
+            ItemKind::FunctionCall | ItemKind::CustomToolCall => {
+                item.insert("status".to_owned(), in_progress());
+                item.insert("call_id".to_owned(), empty());
+                item.insert("name".to_owned(), empty());
+                let field = if kind == ItemKind::FunctionCall {
+                    "arguments"
+                } else {
+                    "input"
+                };
+                item.insert(field.to_owned(), empty());
+            }
+            ItemKind::McpCall => {
+                item.insert("status".to_owned(), in_progress());
+                item.insert("name".to_owned(), empty());
+                item.insert("server_label".to_owned(), empty());
+                item.insert("arguments".to_owned(), empty());
+            }
+            ItemKind::CodeInterpreterCall => {
+                item.insert("status".to_owned(), in_progress());
+                item.insert("code".to_owned(), empty());
+                item.insert("container_id".to_owned(), empty());
+                item.insert("outputs".to_owned(), Value::Null);
+            }
+        }
+        item
+    }
+
+    /// The final object's non-empty `output` replaces the items: each server item is paired
+    /// with ours by id (the n-th server item with a given id with our n-th item with that id),
+    /// or, when it has no id, with our id-less item of the same type at the same position,
+    /// and settled against it (warnings on differing texts). Unpaired server items are taken
+    /// as they are; our items the server does not list are dropped.
+    pub fn replace_with(&mut self, output: Vec<Value>, source: &str, warnings: &mut Vec<String>) {
+        let mut ours_by_id: HashMap<String, std::collections::VecDeque<usize>> = HashMap::new();
+        for (p, item) in self.items.iter().enumerate() {
+            if let Some(id) = item_id(item) {
+                ours_by_id.entry(id.to_owned()).or_default().push_back(p);
+            }
+        }
+        let mut old = std::mem::take(&mut self.items);
+        let old_labels: Vec<String> = (0..old.len())
+            .map(|p| item_id(&old[p]).map_or_else(|| format!("#{p}"), str::to_owned))
+            .collect();
+        self.done.clear();
+        self.by_id.clear();
+        self.by_index.clear();
+        for (k, server) in output.into_iter().enumerate() {
+            let Value::Object(server) = server else {
+                continue;
+            };
+            let partner = match item_id(&server) {
+                Some(id) => ours_by_id.get_mut(id).and_then(|q| q.pop_front()),
+                None => Some(k).filter(|&p| {
+                    old.get(p).is_some_and(|o| {
+                        item_id(o).is_none() && o.get("type") == server.get("type")
+                    })
+                }),
+            };
+            let item = match partner {
+                Some(p) => {
+                    let mut mine = std::mem::take(&mut old[p]);
+                    let origin = Origin {
+                        source,
+                        item: &old_labels[p],
+                    };
+                    settle_item(&mut mine, server, &origin, warnings);
+                    mine
+                }
+                None => server,
+            };
+            let p = self.push(item, Some(k as u64));
+            self.done[p] = true;
+        }
+    }
+}
+
+/// Parts past the end of an item's array that an index may skip (filled with fresh parts).
+const MAX_PART_GAP: u64 = 256;
+
+/// The part at `array_key[index]` of an item (`content` or `summary`), created when missing.
+///
+/// With an index, the array is padded with fresh parts up to it; an index more than
+/// [`MAX_PART_GAP`] past the end gives `None` (the caller ignores the event with a warning).
+/// Without an index, the last part is used when its type is one of `types`, else a fresh
+/// part is appended. A fresh part is `new_part()`. The part's `text_key` is made a string
+/// if it is not one.
+pub(crate) fn part_mut<'m>(
+    item: &'m mut Map<String, Value>,
+    array_key: &str,
+    index: Option<u64>,
+    types: &[&str],
+    text_key: Option<&str>,
+    new_part: impl Fn() -> Map<String, Value>,
+) -> Option<(usize, &'m mut Map<String, Value>)> {
+    if !matches!(item.get(array_key), Some(Value::Array(_))) {
+        item.insert(array_key.to_owned(), Value::Array(Vec::new()));
+    }
+    let Some(Value::Array(parts)) = item.get_mut(array_key) else {
+        unreachable!("just set")
+    };
+    let position = match index {
+        Some(i) => {
+            if i > parts.len() as u64 + MAX_PART_GAP {
+                return None;
+            }
+            let i = i as usize;
+            while parts.len() <= i {
+                parts.push(Value::Object(new_part()));
+            }
+            i
+        }
+        None => {
+            let last_fits = parts.last().is_some_and(|p| {
+                p.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| types.contains(&t))
+            });
+            if !last_fits {
+                parts.push(Value::Object(new_part()));
+            }
+            parts.len() - 1
+        }
+    };
+    if !parts[position].is_object() {
+        parts[position] = Value::Object(Map::new());
+    }
+    let Value::Object(part) = &mut parts[position] else {
+        unreachable!("just checked")
+    };
+    if let Some(key) = text_key {
+        if !matches!(part.get(key), Some(Value::String(_))) {
+            part.insert(key.to_owned(), Value::String(String::new()));
+        }
+    }
+    Some((position, part))
+}
+
+/// A fresh part `{"type": part_type, text_key: ""}` (+ `"annotations": []` for `output_text`).
+pub(crate) fn fresh_part(part_type: &str, text_key: &str) -> Map<String, Value> {
+    let mut part = Map::new();
+    part.insert("type".to_owned(), Value::String(part_type.to_owned()));
+    part.insert(text_key.to_owned(), Value::String(String::new()));
+    if part_type == "output_text" {
+        part.insert("annotations".to_owned(), Value::Array(Vec::new()));
+    }
+    part
+}
+
+/// The fields of a Responses / Realtime event that the accumulators read; others are skipped.
+/// Strings borrow from the payload when they have no escapes; kept objects stay raw until used.
+#[derive(Deserialize, Debug, Default)]
+pub(crate) struct StreamEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    pub kind: Option<Str<'a>>,
+    pub sequence_number: Option<u64>,
+    #[serde(borrow)]
+    pub item_id: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub response_id: Option<Str<'a>>,
+    pub output_index: Option<u64>,
+    pub content_index: Option<u64>,
+    pub summary_index: Option<u64>,
+    pub annotation_index: Option<u64>,
+    #[serde(borrow)]
+    pub delta: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub text: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub refusal: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub arguments: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub input: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub transcript: Option<Str<'a>>,
+    /// The code of `code_interpreter_call_code.done`; also the `code` of a flat `error` event.
+    #[serde(borrow)]
+    pub code: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub name: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub call_id: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub item: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub part: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub response: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub annotation: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub usage: Option<&'a RawValue>,
+    /// The `message` of a flat `error` event (Responses API).
+    #[serde(borrow)]
+    pub message: Option<&'a RawValue>,
+}
+
+impl<'a> StreamEvent<'a> {
+    pub fn kind(&self) -> &str {
+        self.kind.as_ref().map_or("", |k| &k.0)
+    }
+
+    pub fn item_ref(&self) -> ItemRef<'_> {
+        ItemRef {
+            item_id: self.item_id.as_ref().map(|s| &*s.0),
+            output_index: self.output_index,
+        }
+    }
+
+    /// The value of the string field that a `.done` event carries its full text in.
+    fn full_text(&self, field: &str) -> Option<Cow<'_, str>> {
+        match field {
+            "text" => self.text.as_ref().map(|s| Cow::Borrowed(&*s.0)),
+            "refusal" => self.refusal.as_ref().map(|s| Cow::Borrowed(&*s.0)),
+            "arguments" => self.arguments.as_ref().map(|s| Cow::Borrowed(&*s.0)),
+            "input" => self.input.as_ref().map(|s| Cow::Borrowed(&*s.0)),
+            "transcript" => self.transcript.as_ref().map(|s| Cow::Borrowed(&*s.0)),
+            "code" => self
+                .code
+                .and_then(|raw| serde_json::from_str::<Str<'_>>(raw.get()).ok())
+                .map(|s| s.0),
+            _ => None,
+        }
+    }
+}
+
+/// Where a text delta (and its `.done` twin) goes.
+#[derive(Debug)]
+pub(crate) enum TextTarget {
+    /// A string field of the item itself (`arguments`, `input`, `code`).
+    Item(&'static str),
+    /// A string field of a part in the item's `content` (index: `content_index`) or
+    /// `summary` (index: `summary_index`) array.
+    Part {
+        array: &'static str,
+        /// Part types that an index-less delta may continue (the last part's type).
+        types: &'static [&'static str],
+        /// The type of a part the delta has to create.
+        new_type: &'static str,
+        key: &'static str,
+    },
+}
+
+/// One family of text events: `X.delta` appends, `X.done` settles with its `done_field`.
+#[derive(Debug)]
+pub(crate) struct TextSpec {
+    pub kind: ItemKind,
+    pub target: TextTarget,
+    pub done_field: &'static str,
+}
+
+/// Applies a text delta (`is_done == false`) or its `.done` twin. Returns whether the event
+/// was used: one without its text field changes nothing and counts as unknown.
+pub(crate) fn apply_text(
+    store: &mut ItemStore,
+    warnings: &mut Vec<String>,
+    ev: &StreamEvent<'_>,
+    spec: &TextSpec,
+    is_done: bool,
+) -> bool {
+    let value = if is_done {
+        ev.full_text(spec.done_field)
+    } else {
+        ev.delta.as_ref().map(|d| Cow::Borrowed(&*d.0))
+    };
+    let Some(value) = value else { return false };
+    let p = store.resolve(ev.item_ref(), spec.kind);
+    let label = if is_done {
+        store.label(p)
+    } else {
+        String::new()
+    };
+    let origin = Origin {
+        source: ev.kind(),
+        item: &label,
+    };
+    let item = store.get_mut(p);
+    match spec.target {
+        TextTarget::Item(key) => {
+            if is_done {
+                settle_text(item, key, &value, &origin, key, warnings);
+            } else {
+                append_text(item, key, &value);
+            }
+        }
+        TextTarget::Part {
+            array,
+            types,
+            new_type,
+            key,
+        } => {
+            let index = if array == "summary" {
+                ev.summary_index
+            } else {
+                ev.content_index
+            };
+            let Some((i, part)) = part_mut(item, array, index, types, Some(key), || {
+                fresh_part(new_type, key)
+            }) else {
+                warnings.push(index_warning(ev.kind(), index));
+                return true;
+            };
+            if is_done {
+                settle_text(
+                    part,
+                    key,
+                    &value,
+                    &origin,
+                    &format!("{array}[{i}].{key}"),
+                    warnings,
+                );
+            } else {
+                append_text(part, key, &value);
+            }
+        }
+    }
+    true
+}
+
+fn index_warning(kind: &str, index: Option<u64>) -> String {
+    format!(
+        "{kind}: index {} out of range, event ignored",
+        index.unwrap_or(0)
+    )
+}
+
+/// The field holding a part's text, by part type.
+fn part_text_key(part_type: &str) -> Option<&'static str> {
+    match part_type {
+        "output_text" | "text" | "reasoning_text" | "summary_text" => Some("text"),
+        "refusal" => Some("refusal"),
+        "audio" | "output_audio" => Some("transcript"),
+        _ => None,
+    }
+}
+
+/// `content_part.added/.done` and the reasoning part events: the event's `part` is put at
+/// `array[index]` of the item, settled against what deltas built there. Without an index,
+/// `.added` appends and `.done` targets the last part of the same type. An event without a
+/// `part` object (xAI's `content_part.done`) changes nothing but counts as used.
+pub(crate) fn apply_part(
+    store: &mut ItemStore,
+    warnings: &mut Vec<String>,
+    ev: &StreamEvent<'_>,
+    array: &'static str,
+    kind: ItemKind,
+    is_done: bool,
+) -> bool {
+    let Some(part) = raw_object(ev.part) else {
+        return true;
+    };
+    let part_type = part
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let kind = match (kind, part_type.as_str()) {
+        (ItemKind::Any, "output_text" | "refusal" | "text" | "audio" | "output_audio") => {
+            ItemKind::Message
+        }
+        (ItemKind::Any, "reasoning_text") => ItemKind::Reasoning,
+        (kind, _) => kind,
+    };
+    let index = if array == "summary" {
+        ev.summary_index
+    } else {
+        ev.content_index
+    };
+    let p = store.resolve(ev.item_ref(), kind);
+    let label = store.label(p);
+    let origin = Origin {
+        source: ev.kind(),
+        item: &label,
+    };
+    let item = store.get_mut(p);
+    let types: &[&str] = if is_done { &[part_type.as_str()] } else { &[] };
+    let text_key = part_text_key(&part_type);
+    // A bare slot: the server's part brings its own fields (e.g. no `annotations` from Friendli).
+    let new_part = || Map::from_iter([("type".to_owned(), Value::String(part_type.clone()))]);
+    let Some((i, slot)) = part_mut(item, array, index, types, text_key, new_part) else {
+        warnings.push(index_warning(ev.kind(), index));
+        return true;
+    };
+    settle_part(slot, part, &origin, &format!("{array}[{i}]."), warnings);
+    true
+}

@@ -1,0 +1,431 @@
+//! The Responses API accumulator: events in, the `Response` object out.
+//!
+//! Dispatch is on the JSON `type` (never the SSE event name). What each type does:
+//!
+//! - `response.created` / `.queued` / `.in_progress` / `.completed` / `.incomplete` /
+//!   `.failed` (lifecycle): the event's `response` becomes the base object (id, status,
+//!   model, usage, error, incomplete_details, ... as last seen). Its `output`:
+//!   - final types (`completed`, `incomplete`, `failed`) with a non-empty `output`: it replaces
+//!     the items, each server item settled against ours (see [`super`]: mismatch warnings,
+//!     server's empty texts do not wipe ours); an empty `output` keeps the accumulated items;
+//!   - the others: used only when no item exists yet (a resumed stream), as if each item had
+//!     come in an `output_item.added` at its position; otherwise ignored.
+//!
+//!   A lifecycle event without a `response` object counts as unknown.
+//! - `response.output_item.added`: a new item, keyed by `item.id` (fallback `output_index`),
+//!   unless it re-announces an unfinished item of the same id and type that deltas created.
+//! - `response.output_item.done`: the server's item settles ours (or is appended).
+//! - `response.content_part.added/.done` (`item_id`, `content_index`, `part`), vLLM's
+//!   `response.reasoning_part.added/.done` (a reasoning item's `content`), and
+//!   `response.reasoning_summary_part.added/.done` (`summary_index`; the item's `summary`).
+//! - Text deltas append, their `.done` twins settle (field carrying the full text in brackets):
+//!   `response.output_text` (message `content[content_index]`, part `output_text`, `text`),
+//!   `response.refusal` (message part `refusal`, `refusal`),
+//!   `response.reasoning_text` (reasoning `content[content_index]`, part `reasoning_text`, `text`),
+//!   `response.reasoning_summary_text` (reasoning `summary[summary_index]`, part
+//!   `summary_text`, `text`), `response.function_call_arguments` (function_call
+//!   `arguments`), `response.custom_tool_call_input` (custom_tool_call `input`),
+//!   `response.mcp_call_arguments` (mcp_call `arguments`),
+//!   `response.code_interpreter_call_code` (code_interpreter_call `code`).
+//!   A delta whose item or part was never announced creates it (in_progress, minimal fields:
+//!   a message `{id, type, status, role: "assistant", content: []}`; a reasoning item
+//!   `{id, type, summary: [], content: []}`; a function_call `{id, type, status, call_id: "",
+//!   name: "", arguments: ""}`; see `ItemStore::new_item`), and a part `{type, text: ""}`
+//!   (`output_text` parts also get `annotations: []`). Deltas' `logprobs` are not kept.
+//! - `response.output_text.annotation.added`: `annotation` is stored at `annotation_index` of
+//!   the part's `annotations` (replacing one there; appended when the index is missing or
+//!   past the end).
+//! - `sequence_number`, when present, must be the previous one + 1; otherwise the warning
+//!   `"sequence gap: expected {previous + 1}, got {n}"`. Events without it are not checked.
+//! - `error` (flat `code`, `message`, `param`): the warning `"error event: {message}"`.
+//! - Everything else (`keepalive`, `response.rate_limits.updated`, tool progress events such
+//!   as `response.web_search_call.searching`, `response.audio.delta` and
+//!   `response.audio.transcript.delta/.done` (audio is not accumulated), unknown types, and
+//!   `error`): counted in `unknown_events()`, no effect on the result.
+//!
+//! The snapshot is the base object with `output` replaced (at its place) by the items in
+//! output order. Before any lifecycle event, once an item, part or text event has been used,
+//! the base is `{"id": "", "object": "response", "status": "in_progress", "output": [...]}`.
+//! Before that (or with only unknown events) there is no snapshot.
+
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::{Map, Value};
+
+use super::{
+    apply_part, apply_text, event_error_warning, is_done_marker, parse_event, part_mut, raw_object,
+    AccumulateError, Flavor, ItemKind, ItemStore, Rejected, StreamEvent, TextSpec, TextTarget,
+};
+
+const OUTPUT_TEXT: TextSpec = TextSpec {
+    kind: ItemKind::Message,
+    target: TextTarget::Part {
+        array: "content",
+        types: &["output_text"],
+        new_type: "output_text",
+        key: "text",
+    },
+    done_field: "text",
+};
+const REFUSAL: TextSpec = TextSpec {
+    kind: ItemKind::Message,
+    target: TextTarget::Part {
+        array: "content",
+        types: &["refusal"],
+        new_type: "refusal",
+        key: "refusal",
+    },
+    done_field: "refusal",
+};
+const REASONING_TEXT: TextSpec = TextSpec {
+    kind: ItemKind::Reasoning,
+    target: TextTarget::Part {
+        array: "content",
+        types: &["reasoning_text"],
+        new_type: "reasoning_text",
+        key: "text",
+    },
+    done_field: "text",
+};
+const REASONING_SUMMARY_TEXT: TextSpec = TextSpec {
+    kind: ItemKind::Reasoning,
+    target: TextTarget::Part {
+        array: "summary",
+        types: &["summary_text"],
+        new_type: "summary_text",
+        key: "text",
+    },
+    done_field: "text",
+};
+const FUNCTION_CALL_ARGUMENTS: TextSpec = TextSpec {
+    kind: ItemKind::FunctionCall,
+    target: TextTarget::Item("arguments"),
+    done_field: "arguments",
+};
+const CUSTOM_TOOL_CALL_INPUT: TextSpec = TextSpec {
+    kind: ItemKind::CustomToolCall,
+    target: TextTarget::Item("input"),
+    done_field: "input",
+};
+const MCP_CALL_ARGUMENTS: TextSpec = TextSpec {
+    kind: ItemKind::McpCall,
+    target: TextTarget::Item("arguments"),
+    done_field: "arguments",
+};
+const CODE_INTERPRETER_CALL_CODE: TextSpec = TextSpec {
+    kind: ItemKind::CodeInterpreterCall,
+    target: TextTarget::Item("code"),
+    done_field: "code",
+};
+
+/// The text family of a delta / `.done` event type, and whether it is the `.done` one.
+fn text_spec(kind: &str) -> Option<(&'static TextSpec, bool)> {
+    Some(match kind {
+        "response.output_text.delta" => (&OUTPUT_TEXT, false),
+        "response.output_text.done" => (&OUTPUT_TEXT, true),
+        "response.function_call_arguments.delta" => (&FUNCTION_CALL_ARGUMENTS, false),
+        "response.function_call_arguments.done" => (&FUNCTION_CALL_ARGUMENTS, true),
+        "response.reasoning_text.delta" => (&REASONING_TEXT, false),
+        "response.reasoning_text.done" => (&REASONING_TEXT, true),
+        "response.reasoning_summary_text.delta" => (&REASONING_SUMMARY_TEXT, false),
+        "response.reasoning_summary_text.done" => (&REASONING_SUMMARY_TEXT, true),
+        "response.refusal.delta" => (&REFUSAL, false),
+        "response.refusal.done" => (&REFUSAL, true),
+        "response.code_interpreter_call_code.delta" => (&CODE_INTERPRETER_CALL_CODE, false),
+        "response.code_interpreter_call_code.done" => (&CODE_INTERPRETER_CALL_CODE, true),
+        "response.custom_tool_call_input.delta" => (&CUSTOM_TOOL_CALL_INPUT, false),
+        "response.custom_tool_call_input.done" => (&CUSTOM_TOOL_CALL_INPUT, true),
+        "response.mcp_call_arguments.delta" => (&MCP_CALL_ARGUMENTS, false),
+        "response.mcp_call_arguments.done" => (&MCP_CALL_ARGUMENTS, true),
+        _ => return None,
+    })
+}
+
+/// Whether the accumulator reads events of this type (for the malformed-event warning).
+fn is_used_type(kind: &str) -> bool {
+    text_spec(kind).is_some()
+        || matches!(
+            kind,
+            "response.created"
+                | "response.queued"
+                | "response.in_progress"
+                | "response.completed"
+                | "response.incomplete"
+                | "response.failed"
+                | "response.output_item.added"
+                | "response.output_item.done"
+                | "response.content_part.added"
+                | "response.content_part.done"
+                | "response.reasoning_part.added"
+                | "response.reasoning_part.done"
+                | "response.reasoning_summary_part.added"
+                | "response.reasoning_summary_part.done"
+                | "response.output_text.annotation.added"
+        )
+}
+
+/// Builds a Responses API `Response` from its stream events. See the module docs.
+#[derive(Debug)]
+pub struct ResponseAccumulator {
+    /// The latest lifecycle `response`; its `output` value is a placeholder.
+    base: Option<Map<String, Value>>,
+    /// An item, part or text event was used: a snapshot exists even without `base`.
+    implied: bool,
+    items: ItemStore,
+    last_sequence: Option<u64>,
+    warnings: Vec<String>,
+    unknown_events: u64,
+    events: u64,
+}
+
+impl Default for ResponseAccumulator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ResponseAccumulator {
+    pub fn new() -> Self {
+        ResponseAccumulator {
+            base: None,
+            implied: false,
+            items: ItemStore::new(Flavor::Responses),
+            last_sequence: None,
+            warnings: Vec::new(),
+            unknown_events: 0,
+            events: 0,
+        }
+    }
+
+    /// One event's JSON payload (the SSE `data`). Dispatches on the JSON `type`.
+    pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+        if is_done_marker(payload) {
+            return Ok(());
+        }
+        let ev: StreamEvent<'_> = match parse_event(payload, self.events) {
+            Ok(ev) => ev,
+            Err(Rejected::Error(e)) => return Err(e),
+            Err(Rejected::Malformed(kind)) => {
+                self.events += 1;
+                self.unknown_events += 1;
+                if is_used_type(&kind) {
+                    self.warnings
+                        .push(format!("{kind}: malformed event ignored"));
+                }
+                return Ok(());
+            }
+        };
+        self.events += 1;
+        if let Some(n) = ev.sequence_number {
+            if let Some(previous) = self.last_sequence {
+                if previous.checked_add(1) != Some(n) {
+                    self.warnings.push(format!(
+                        "sequence gap: expected {}, got {n}",
+                        previous.wrapping_add(1)
+                    ));
+                }
+            }
+            self.last_sequence = Some(n);
+        }
+        if !self.apply(&ev) {
+            self.unknown_events += 1;
+        }
+        Ok(())
+    }
+
+    /// Applies one event; false when the event is not used.
+    fn apply(&mut self, ev: &StreamEvent<'_>) -> bool {
+        let kind = ev.kind();
+        if let Some((spec, is_done)) = text_spec(kind) {
+            let used = apply_text(&mut self.items, &mut self.warnings, ev, spec, is_done);
+            self.implied |= used;
+            return used;
+        }
+        let used = match kind {
+            "response.created" | "response.queued" | "response.in_progress" => {
+                return self.lifecycle(ev, false)
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                return self.lifecycle(ev, true)
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                let Some(item) = raw_object(ev.item) else {
+                    return false;
+                };
+                if kind.ends_with("added") {
+                    self.items
+                        .added(item, ev.output_index, kind, &mut self.warnings);
+                } else {
+                    self.items
+                        .done(item, ev.output_index, kind, &mut self.warnings);
+                }
+                true
+            }
+            "response.content_part.added" | "response.content_part.done" => apply_part(
+                &mut self.items,
+                &mut self.warnings,
+                ev,
+                "content",
+                ItemKind::Any,
+                kind.ends_with("done"),
+            ),
+            "response.reasoning_part.added" | "response.reasoning_part.done" => apply_part(
+                &mut self.items,
+                &mut self.warnings,
+                ev,
+                "content",
+                ItemKind::Reasoning,
+                kind.ends_with("done"),
+            ),
+            "response.reasoning_summary_part.added" | "response.reasoning_summary_part.done" => {
+                apply_part(
+                    &mut self.items,
+                    &mut self.warnings,
+                    ev,
+                    "summary",
+                    ItemKind::Reasoning,
+                    kind.ends_with("done"),
+                )
+            }
+            "response.output_text.annotation.added" => self.annotation(ev),
+            "error" => {
+                self.warnings.push(event_error_warning(ev));
+                false
+            }
+            _ => false,
+        };
+        self.implied |= used;
+        used
+    }
+
+    fn lifecycle(&mut self, ev: &StreamEvent<'_>, is_final: bool) -> bool {
+        let Some(mut response) = raw_object(ev.response) else {
+            return false;
+        };
+        let output = match response.get_mut("output") {
+            Some(output) => std::mem::take(output),
+            None => {
+                response.insert("output".to_owned(), Value::Null);
+                Value::Null
+            }
+        };
+        if let Value::Array(output) = output {
+            if !output.is_empty() {
+                if is_final {
+                    self.items
+                        .replace_with(output, ev.kind(), &mut self.warnings);
+                } else if self.items.is_empty() {
+                    for (k, item) in output.into_iter().enumerate() {
+                        if let Value::Object(item) = item {
+                            self.items
+                                .added(item, Some(k as u64), ev.kind(), &mut self.warnings);
+                        }
+                    }
+                }
+            }
+        }
+        self.base = Some(response);
+        true
+    }
+
+    fn annotation(&mut self, ev: &StreamEvent<'_>) -> bool {
+        let Some(annotation) = ev
+            .annotation
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        else {
+            return false;
+        };
+        let p = self.items.resolve(ev.item_ref(), ItemKind::Message);
+        let item = self.items.get_mut(p);
+        let new_part = || super::fresh_part("output_text", "text");
+        let Some((_, part)) = part_mut(
+            item,
+            "content",
+            ev.content_index,
+            &["output_text"],
+            Some("text"),
+            new_part,
+        ) else {
+            self.warnings
+                .push(super::index_warning(ev.kind(), ev.content_index));
+            return true;
+        };
+        if !matches!(part.get("annotations"), Some(Value::Array(_))) {
+            part.insert("annotations".to_owned(), Value::Array(Vec::new()));
+        }
+        let Some(Value::Array(annotations)) = part.get_mut("annotations") else {
+            unreachable!("just set")
+        };
+        match ev.annotation_index.and_then(|i| usize::try_from(i).ok()) {
+            Some(i) if i < annotations.len() => annotations[i] = annotation,
+            _ => annotations.push(annotation),
+        }
+        true
+    }
+
+    /// The `Response` object built so far as JSON bytes (`None` before any event that
+    /// carries or implies a response).
+    pub fn snapshot_json(&self) -> Option<Vec<u8>> {
+        let default_base;
+        let base = match &self.base {
+            Some(base) => base,
+            None if self.implied => {
+                default_base = Map::from_iter([
+                    ("id".to_owned(), Value::String(String::new())),
+                    ("object".to_owned(), Value::String("response".to_owned())),
+                    ("status".to_owned(), Value::String("in_progress".to_owned())),
+                    ("output".to_owned(), Value::Null),
+                ]);
+                &default_base
+            }
+            None => return None,
+        };
+        let mut out = Vec::with_capacity(256);
+        let mut ser = serde_json::Serializer::new(&mut out);
+        let mut map = ser.serialize_map(Some(base.len())).ok()?;
+        for (key, value) in base {
+            if key == "output" {
+                map.serialize_entry(key, self.items.items()).ok()?;
+            } else {
+                map.serialize_entry(key, value).ok()?;
+            }
+        }
+        map.end().ok()?;
+        Some(out)
+    }
+
+    /// All `output_text` parts of `message` items, concatenated in output order.
+    pub fn output_text(&self) -> String {
+        let mut text = String::new();
+        for item in self.items.items() {
+            if item.get("type").and_then(Value::as_str) != Some("message") {
+                continue;
+            }
+            let Some(Value::Array(parts)) = item.get("content") else {
+                continue;
+            };
+            for part in parts {
+                if part.get("type").and_then(Value::as_str) == Some("output_text") {
+                    if let Some(t) = part.get("text").and_then(Value::as_str) {
+                        text.push_str(t);
+                    }
+                }
+            }
+        }
+        text
+    }
+
+    /// Mismatches between deltas and server values, sequence gaps, error events, ... in order.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Events of types it does not use (kept out of the result).
+    pub fn unknown_events(&self) -> u64 {
+        self.unknown_events
+    }
+
+    /// Events added (every accepted payload but `[DONE]`).
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+}
