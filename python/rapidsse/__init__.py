@@ -20,10 +20,28 @@ from .decoding import (
     iter_events,
     iter_realtime,
 )
+from .accumulate import (
+    ChatAccumulator,
+    EventStream,
+    RealtimeAccumulator,
+    ResponseAccumulator,
+    astream_chat,
+    astream_responses,
+    stream_chat,
+    stream_responses,
+)
 from . import chat, realtime, responses
 
 __all__ = [
     "BACKEND",
+    "ChatAccumulator",
+    "EventStream",
+    "RealtimeAccumulator",
+    "ResponseAccumulator",
+    "astream_chat",
+    "astream_responses",
+    "stream_chat",
+    "stream_responses",
     "DEFAULT_MAX_EVENT_SIZE",
     "DecodeError",
     "EventDecoder",

@@ -57,6 +57,42 @@ pub use chat::ChatAccumulator;
 pub use realtime::RealtimeAccumulator;
 pub use responses::ResponseAccumulator;
 
+/// What the three accumulators have in common, for code that drives any of them
+/// (the binding layer's tap, which frames bytes and adds each payload).
+pub trait Accumulate {
+    /// One event's JSON payload.
+    fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError>;
+    /// The object built so far, as JSON (None before anything to build from).
+    fn snapshot_json(&self) -> Option<Vec<u8>>;
+    fn warnings(&self) -> &[String];
+    fn unknown_events(&self) -> u64;
+    fn events(&self) -> u64;
+}
+
+macro_rules! impl_accumulate {
+    ($($t:ty),*) => {$(
+        impl Accumulate for $t {
+            fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+                <$t>::add_json(self, payload)
+            }
+            fn snapshot_json(&self) -> Option<Vec<u8>> {
+                <$t>::snapshot_json(self)
+            }
+            fn warnings(&self) -> &[String] {
+                <$t>::warnings(self)
+            }
+            fn unknown_events(&self) -> u64 {
+                <$t>::unknown_events(self)
+            }
+            fn events(&self) -> u64 {
+                <$t>::events(self)
+            }
+        }
+    )*};
+}
+
+impl_accumulate!(ResponseAccumulator, ChatAccumulator, RealtimeAccumulator);
+
 /// How many bytes of a bad payload an error message quotes.
 const EXCERPT_BYTES: usize = 80;
 

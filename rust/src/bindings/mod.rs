@@ -1,5 +1,6 @@
 //! The PyO3 binding layer: converts types and raises exceptions; the work is done by the core.
 
+mod accumulate;
 mod decoding;
 mod framing;
 
@@ -76,6 +77,9 @@ fn py_bytes_type(py: Python<'_>) -> Bound<'_, PyType> {
 fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<framing::SSEDecoder>()?;
     m.add_class::<decoding::EventDecoder>()?;
+    m.add_class::<accumulate::ResponseCore>()?;
+    m.add_class::<accumulate::ChatCore>()?;
+    m.add_class::<accumulate::RealtimeCore>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

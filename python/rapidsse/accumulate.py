@@ -1,0 +1,306 @@
+"""Accumulation: the final Response, ChatCompletion and Realtime responses, built from the deltas.
+
+The work is done by the backend's core (``rust/src/accumulate`` or its pure-Python twin): it takes
+each event's JSON payload, appends text in place, and hands back the object built so far as JSON,
+which is decoded into the msgspec schemas on demand (and cached until the next event).
+
+Three ways in:
+
+- ``feed(bytes)``: raw SSE bytes, the *tap* for gateways that forward bytes untouched and only want
+  the result: no Python object is created per event;
+- ``add(event)``: a typed event from :func:`rapidsse.iter_events`;
+- ``add_json(payload)``: one event's JSON payload (e.g. a Realtime WebSocket message).
+
+The server's ``.done`` events and final objects are authoritative; where they disagree with what
+the deltas built, the server's value is kept and the mismatch is recorded in ``warnings``. Events of
+types the accumulator does not use (keep-alives, tool progress, unknown types) are counted in
+``unknown_events`` and kept out of the result. A stream cut short still gives everything received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any, Generic, TypeVar, Union
+
+import msgspec
+
+from . import chat, realtime, responses
+from ._backend import native
+from ._schema import UnknownEvent, decode_lenient
+from .decoding import EventDecoder, InvalidEvent, OnError, _chunks
+from .errors import DecodeError, SSEError
+from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes
+
+__all__ = [
+    "ChatAccumulator",
+    "EventStream",
+    "RealtimeAccumulator",
+    "ResponseAccumulator",
+    "astream_chat",
+    "astream_responses",
+    "stream_chat",
+    "stream_responses",
+]
+
+_encode = msgspec.json.Encoder().encode
+T = TypeVar("T")
+
+
+def _core_class(name: str) -> Any:
+    if native is not None:
+        return getattr(native, name)
+    from ._pure import accumulate as pure
+
+    return getattr(pure, name)
+
+
+class _Accumulator(Generic[T]):
+    """What the three accumulators share."""
+
+    __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at")
+    _core_name = ""
+    _snapshot_type: Any = None
+
+    def __init__(self, *, on_error: OnError = "raise", max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE) -> None:
+        if on_error not in ("raise", "skip", "keep"):
+            raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
+        self._core = _core_class(self._core_name)(max_event_size)
+        self.on_error = on_error
+        self.invalid_events: list[InvalidEvent] = []
+        """Payloads that could not be read at all (not JSON, not an object), with ``on_error="keep"``."""
+        self._cached: Any = None
+        self._cached_at = -1
+
+    def add_json(self, payload: Union[Bytes, str]) -> None:
+        """Adds one event's JSON payload."""
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8", "surrogatepass")
+        reason = self._core.add_json(payload)
+        if reason is not None:
+            self._rejected([(reason, self._core.events(), "message", -1, bytes(payload))])
+
+    def add(self, event: Any) -> None:
+        """Adds a typed event (from :func:`rapidsse.iter_events` / :func:`rapidsse.decode_realtime`).
+
+        :class:`UnknownEvent` is added by its raw payload (so it is counted, not lost);
+        :class:`InvalidEvent` was already reported by the decoder and is ignored.
+        """
+        if isinstance(event, UnknownEvent):
+            payload = event.raw
+        elif isinstance(event, InvalidEvent):
+            return
+        elif isinstance(event, msgspec.Struct):
+            payload = _encode(event)
+        else:
+            raise TypeError(f"add() takes a rapidsse event, not {type(event).__name__}")
+        reason = self._core.add_json(payload)
+        if reason is not None:
+            self._rejected([(reason, self._core.events(), getattr(event, "type", "message"), -1, payload)])
+
+    def _rejected(self, rejected: list[tuple[str, int, str, int, bytes]]) -> None:
+        errors = [
+            DecodeError(reason, index=index, event=event, offset=offset, raw=raw)
+            for reason, index, event, offset, raw in rejected
+        ]
+        if self.on_error == "raise":
+            raise errors[0]
+        if self.on_error == "keep":
+            self.invalid_events.extend(InvalidEvent(raw=e.raw, event=e.event, error=e) for e in errors)
+
+    def _snapshot(self) -> Any:
+        events = self._core.events()
+        if events != self._cached_at:
+            raw = self._core.snapshot_json()
+            self._cached = None if raw is None else decode_lenient(raw, self._snapshot_type)
+            self._cached_at = events
+        return self._cached
+
+    @property
+    def warnings(self) -> list[str]:
+        """Mismatches between deltas and the server's values, sequence gaps, server error events."""
+        return self._core.warnings()
+
+    @property
+    def unknown_events(self) -> int:
+        """Events not used for the result: keep-alives, progress events, unknown types."""
+        return self._core.unknown_events()
+
+    @property
+    def events(self) -> int:
+        """Events added so far."""
+        return self._core.events()
+
+
+class _SSEAccumulator(_Accumulator[T]):
+    __slots__ = ()
+
+    def feed(self, data: Bytes) -> None:
+        """Raw SSE bytes (any chunking): frames them and adds every event, creating no Python
+        object per event. With ``on_error="raise"`` a payload that is not a JSON object raises
+        :class:`DecodeError` after the rest of the chunk was added."""
+        rejected = self._core.feed(data)
+        if rejected:
+            self._rejected(rejected)
+
+    def close(self) -> None:
+        """Ends the byte stream (an unfinished SSE event is discarded, per spec)."""
+        self._core.close()
+
+
+class ResponseAccumulator(_SSEAccumulator[responses.Response]):
+    """Builds the final :class:`rapidsse.responses.Response` of a Responses API stream.
+
+    >>> acc = ResponseAccumulator()
+    >>> acc.feed(b'data: {"type":"response.output_text.delta","item_id":"m","delta":"Hi"}\\n\\n')
+    >>> acc.output_text
+    'Hi'
+    """
+
+    __slots__ = ()
+    _core_name = "ResponseCore"
+    _snapshot_type = responses.Response
+
+    @property
+    def response(self) -> Union[responses.Response, None]:
+        """A snapshot of everything so far (None before any event that implies a response)."""
+        return self._snapshot()
+
+    @property
+    def output_text(self) -> str:
+        """All ``output_text`` of message items, concatenated in output order."""
+        return self._core.output_text()
+
+
+class ChatAccumulator(_SSEAccumulator[chat.ChatCompletion]):
+    """Builds the final :class:`rapidsse.chat.ChatCompletion` of a Chat Completions stream:
+    choices by index with content, refusal, reasoning, tool calls merged by index, logprobs and
+    finish reasons, and usage."""
+
+    __slots__ = ()
+    _core_name = "ChatCore"
+    _snapshot_type = chat.ChatCompletion
+
+    @property
+    def completion(self) -> Union[chat.ChatCompletion, None]:
+        """A snapshot of everything so far (None before the first chunk)."""
+        return self._snapshot()
+
+
+class RealtimeAccumulator(_Accumulator[dict]):
+    """Builds each response of a Realtime session from its server events (GA and beta names):
+    status, output items with text and transcripts, function call arguments; ``response.done``
+    finishes a response and is authoritative."""
+
+    __slots__ = ()
+    _core_name = "RealtimeCore"
+    _snapshot_type = dict[str, realtime.Response]
+
+    def feed(self, message: Union[Bytes, str]) -> None:
+        """One server event as received (a WebSocket text message)."""
+        self.add_json(message)
+
+    @property
+    def responses(self) -> dict[str, realtime.Response]:
+        """Response id -> the response built so far, in order of appearance."""
+        return self._snapshot() or {}
+
+
+# --- iterate and accumulate at once -------------------------------------------------------------
+
+
+class EventStream(Generic[T]):
+    """Typed events of a stream, accumulated as they pass: iterate it for the events and read
+    :attr:`response` (Responses) / :attr:`completion` (Chat) at any time, e.g. after the loop.
+
+    The accumulator taps the same bytes the decoder reads (one framing pass each, no re-encoding).
+    """
+
+    def __init__(self, source: Any, protocol: str, on_error: OnError, max_event_size: Union[int, None],
+                 raise_on_error_event: bool) -> None:
+        self._source = source
+        self._decoder = EventDecoder(protocol, on_error=on_error, max_event_size=max_event_size,  # type: ignore[arg-type]
+                                     raise_on_error_event=raise_on_error_event)
+        acc_type = ResponseAccumulator if protocol == "responses" else ChatAccumulator
+        self.accumulator: Any = acc_type(on_error="skip", max_event_size=max_event_size)
+
+    def _step(self, chunk: Bytes) -> list[Any]:
+        self.accumulator.feed(chunk)
+        return self._decoder.feed(chunk)
+
+    def __iter__(self) -> Iterator[Any]:
+        for chunk in _chunks(self._source):
+            try:
+                events = self._step(chunk)
+            except SSEError as exc:
+                yield from exc.events
+                raise
+            yield from events
+            if self._decoder.done:
+                return
+        self._decoder.close()
+        self.accumulator.close()
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        aiter_bytes = getattr(self._source, "aiter_bytes", None)
+        chunks = aiter_bytes() if callable(aiter_bytes) else self._source
+        async for chunk in chunks:
+            try:
+                events = self._step(chunk)
+            except SSEError as exc:
+                for event in exc.events:
+                    yield event
+                raise
+            for event in events:
+                yield event
+            if self._decoder.done:
+                return
+        self._decoder.close()
+        self.accumulator.close()
+
+    @property
+    def response(self) -> Any:
+        """The Response built so far (Responses streams)."""
+        return self.accumulator.response
+
+    @property
+    def output_text(self) -> str:
+        """All output text so far (Responses streams)."""
+        return self.accumulator.output_text
+
+    @property
+    def completion(self) -> Any:
+        """The ChatCompletion built so far (Chat streams)."""
+        return self.accumulator.completion
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.accumulator.warnings
+
+
+def stream_responses(source: Iterable[Bytes], *, on_error: OnError = "raise",
+                     max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE,
+                     raise_on_error_event: bool = False) -> EventStream[responses.Response]:
+    """Iterate a Responses stream's typed events and accumulate them at once::
+
+        stream = rapidsse.stream_responses(response.iter_bytes())
+        for event in stream: ...
+        print(stream.response.usage, stream.output_text)
+    """
+    return EventStream(source, "responses", on_error, max_event_size, raise_on_error_event)
+
+
+def stream_chat(source: Iterable[Bytes], *, on_error: OnError = "raise",
+                max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE,
+                raise_on_error_event: bool = False) -> EventStream[chat.ChatCompletion]:
+    """Iterate a Chat Completions stream's chunks and accumulate them at once (``stream.completion``)."""
+    return EventStream(source, "chat", on_error, max_event_size, raise_on_error_event)
+
+
+def astream_responses(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStream[responses.Response]:
+    """Async twin of :func:`stream_responses`: ``async for event in stream``."""
+    return stream_responses(source, **kwargs)  # type: ignore[arg-type]
+
+
+def astream_chat(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStream[chat.ChatCompletion]:
+    """Async twin of :func:`stream_chat`: ``async for chunk in stream``."""
+    return stream_chat(source, **kwargs)  # type: ignore[arg-type]
