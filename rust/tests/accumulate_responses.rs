@@ -61,7 +61,7 @@ fn feed_values(events: &[Value]) -> ResponseAccumulator {
     feed(&payloads)
 }
 
-fn snapshot(acc: &ResponseAccumulator) -> Value {
+fn snapshot(acc: &mut ResponseAccumulator) -> Value {
     serde_json::from_slice(&acc.snapshot_json().expect("a snapshot")).expect("snapshot is JSON")
 }
 
@@ -94,9 +94,9 @@ fn corpus_snapshot_equals_the_final_response() {
     for path in corpus_files("responses") {
         let name = file_name(&path);
         let payloads = sse_payloads(&path);
-        let acc = feed(&payloads);
+        let mut acc = feed(&payloads);
         let expected = final_response(&payloads);
-        assert_eq!(snapshot(&acc), expected, "{name}");
+        assert_eq!(snapshot(&mut acc), expected, "{name}");
         assert!(acc.warnings().is_empty(), "{name}: {:?}", acc.warnings());
         assert_eq!(acc.output_text(), output_text_of(&expected), "{name}");
         assert_eq!(acc.events(), payloads.len() as u64, "{name}");
@@ -123,8 +123,8 @@ fn corpus_texts_come_from_deltas_alone() {
             .cloned()
             .collect();
         assert!(withheld.len() < payloads.len(), "{name}: nothing withheld");
-        let acc = feed(&withheld);
-        let got = snapshot(&acc);
+        let mut acc = feed(&withheld);
+        let got = snapshot(&mut acc);
         assert_eq!(got["id"], expected["id"], "{name}");
         let ours = got["output"].as_array().unwrap();
         let theirs = expected["output"].as_array().unwrap();
@@ -189,9 +189,9 @@ fn corpus_resumed_mid_stream_builds_what_it_can() {
             })
             .cloned()
             .collect();
-        let acc = feed(&resumed);
+        let mut acc = feed(&resumed);
         let expected = final_response(&payloads);
-        let got = snapshot(&acc);
+        let got = snapshot(&mut acc);
         assert_eq!(got["id"], "", "{name}");
         assert_eq!(got["object"], "response", "{name}");
         assert_eq!(got["status"], "in_progress", "{name}");
@@ -206,7 +206,7 @@ fn created(id: &str) -> Value {
 
 #[test]
 fn llama_cpp_style_deltas_without_ids_indices_or_sequence_numbers() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         created("resp_1"),
         json!({"type": "response.reasoning_text.delta", "delta": "Think"}),
         json!({"type": "response.reasoning_text.delta", "delta": "ing."}),
@@ -215,7 +215,7 @@ fn llama_cpp_style_deltas_without_ids_indices_or_sequence_numbers() {
         json!({"type": "response.function_call_arguments.delta", "delta": "{\"a\":"}),
         json!({"type": "response.function_call_arguments.delta", "delta": "1}"}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     let output = got["output"].as_array().unwrap();
     assert_eq!(output.len(), 3, "{got}");
     assert_eq!(output[0]["type"], "reasoning");
@@ -239,13 +239,13 @@ fn llama_cpp_style_deltas_without_ids_indices_or_sequence_numbers() {
 
 #[test]
 fn deltas_for_unannounced_items_create_them_under_their_id() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0,
                "content_index": 1, "delta": "second part"}),
         json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0,
                "content_index": 0, "delta": "first "}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     assert_eq!(got["id"], "");
     assert_eq!(got["output"][0]["id"], "msg_1");
     assert_eq!(got["output"][0]["content"][0]["text"], "first ");
@@ -256,7 +256,7 @@ fn deltas_for_unannounced_items_create_them_under_their_id() {
 #[test]
 fn reused_output_index_keys_items_by_id() {
     // xAI / SGLang: every item at output_index 0.
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         created("resp_1"),
         json!({"type": "response.output_item.added", "output_index": 0,
                "item": {"id": "msg_a", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
@@ -267,7 +267,7 @@ fn reused_output_index_keys_items_by_id() {
         json!({"type": "response.output_text.delta", "item_id": "msg_a", "output_index": 0, "content_index": 0, "delta": " Done."}),
         json!({"type": "response.completed", "response": {"id": "resp_1", "object": "response", "status": "completed", "output": []}}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     assert_eq!(got["status"], "completed");
     assert_eq!(
         got["output"][0]["content"][0]["text"],
@@ -284,7 +284,7 @@ fn reused_item_id_after_done_starts_a_new_item() {
         json!({"id": "msg", "type": "message", "role": "assistant", "status": status,
                "content": [{"type": "output_text", "text": text, "annotations": []}]})
     };
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "response.output_item.added", "output_index": 0, "item": message("", "in_progress")}),
         json!({"type": "response.output_text.delta", "item_id": "msg", "content_index": 0, "delta": "one"}),
         json!({"type": "response.output_item.done", "output_index": 0, "item": message("one", "completed")}),
@@ -296,7 +296,7 @@ fn reused_item_id_after_done_starts_a_new_item() {
     ]);
     assert_eq!(acc.output_text(), "onetwo");
     assert!(acc.warnings().is_empty(), "{:?}", acc.warnings());
-    assert_eq!(snapshot(&acc)["output"].as_array().unwrap().len(), 2);
+    assert_eq!(snapshot(&mut acc)["output"].as_array().unwrap().len(), 2);
 }
 
 #[test]
@@ -307,14 +307,14 @@ fn sequence_gap_is_a_warning() {
     events.push(json!({"type": "response.output_text.delta", "item_id": "m", "delta": "b", "sequence_number": 3}));
     events.push(json!({"type": "keepalive"}));
     events.push(json!({"type": "response.output_text.delta", "item_id": "m", "delta": "c", "sequence_number": 4}));
-    let acc = feed_values(&events);
+    let mut acc = feed_values(&events);
     assert_eq!(acc.warnings(), ["sequence gap: expected 2, got 3"]);
     assert_eq!(acc.output_text(), "abc");
 }
 
 #[test]
 fn done_text_differing_from_deltas_wins_with_a_warning() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "response.output_item.added", "output_index": 0,
                "item": {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
         json!({"type": "response.output_text.delta", "item_id": "msg_1", "content_index": 0, "delta": "Hello"}),
@@ -330,13 +330,13 @@ fn done_text_differing_from_deltas_wins_with_a_warning() {
 #[test]
 fn final_response_differing_from_deltas_wins_with_a_warning() {
     let call = |args: &str| json!({"id": "fc_1", "type": "function_call", "call_id": "c", "name": "f", "arguments": args, "status": "completed"});
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "response.output_item.added", "output_index": 0, "item": call("")}),
         json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": "{\"x\":1}"}),
         json!({"type": "response.completed", "response": {"id": "r", "object": "response", "status": "completed",
                "output": [call("{\"x\":2}")], "usage": {"total_tokens": 3}}}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     assert_eq!(got["output"][0]["arguments"], "{\"x\":2}");
     assert_eq!(got["usage"]["total_tokens"], 3);
     assert_eq!(
@@ -347,7 +347,7 @@ fn final_response_differing_from_deltas_wins_with_a_warning() {
 
 #[test]
 fn empty_server_values_do_not_wipe_deltas() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "response.output_item.added", "output_index": 0,
                "item": {"id": "m", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
         json!({"type": "response.content_part.added", "item_id": "m", "content_index": 0,
@@ -359,7 +359,7 @@ fn empty_server_values_do_not_wipe_deltas() {
                "item": {"id": "m", "type": "message", "role": "assistant", "status": "completed"}}),
         json!({"type": "response.completed", "response": {"id": "r", "object": "response", "status": "completed", "output": []}}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     assert_eq!(got["output"][0]["status"], "completed");
     assert_eq!(
         got["output"][0]["content"],
@@ -370,7 +370,7 @@ fn empty_server_values_do_not_wipe_deltas() {
 
 #[test]
 fn cut_short_stream_snapshots_what_was_received() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         created("resp_cut"),
         json!({"type": "response.output_item.added", "output_index": 0,
                "item": {"id": "rs", "type": "reasoning", "summary": []}}),
@@ -381,7 +381,7 @@ fn cut_short_stream_snapshots_what_was_received() {
                "item": {"id": "m", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
         json!({"type": "response.output_text.delta", "item_id": "m", "content_index": 0, "delta": "Partial answ"}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     assert_eq!(got["id"], "resp_cut");
     assert_eq!(got["status"], "in_progress");
     assert_eq!(
@@ -394,7 +394,7 @@ fn cut_short_stream_snapshots_what_was_received() {
 
 #[test]
 fn vllm_reasoning_parts_and_annotations() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "response.output_item.added", "output_index": 0,
                "item": {"id": "rs", "type": "reasoning", "summary": [], "content": []}}),
         json!({"type": "response.reasoning_part.added", "item_id": "rs", "content_index": 0,
@@ -408,7 +408,7 @@ fn vllm_reasoning_parts_and_annotations() {
         json!({"type": "response.output_text.annotation.added", "item_id": "m", "content_index": 0,
                "annotation_index": 1, "annotation": {"type": "url_citation", "url": "https://b"}}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     assert_eq!(
         got["output"][0]["content"],
         json!([{"type": "reasoning_text", "text": "hmm"}])
@@ -422,7 +422,7 @@ fn vllm_reasoning_parts_and_annotations() {
 
 #[test]
 fn other_item_kinds_accumulate_their_fields() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "response.custom_tool_call_input.delta", "item_id": "ct", "delta": "print("}),
         json!({"type": "response.custom_tool_call_input.delta", "item_id": "ct", "delta": "1)"}),
         json!({"type": "response.mcp_call_arguments.delta", "item_id": "mcp", "delta": "{}"}),
@@ -430,7 +430,7 @@ fn other_item_kinds_accumulate_their_fields() {
         json!({"type": "response.code_interpreter_call_code.done", "item_id": "ci", "code": "x = 1"}),
         json!({"type": "response.refusal.delta", "item_id": "m", "content_index": 0, "delta": "No."}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     let types: Vec<&str> = got["output"]
         .as_array()
         .unwrap()
@@ -459,7 +459,7 @@ fn other_item_kinds_accumulate_their_fields() {
 
 #[test]
 fn unknown_and_error_events_are_counted_not_fatal() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "keepalive"}),
         json!({"type": "response.rate_limits.updated", "rate_limits": []}),
         json!({"type": "response.web_search_call.searching", "item_id": "ws", "output_index": 0}),
@@ -521,14 +521,14 @@ fn invalid_json_is_an_error_and_changes_nothing() {
 
 #[test]
 fn lifecycle_events_update_status_and_usage() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         created("r"),
         json!({"type": "response.output_text.delta", "item_id": "m", "delta": "hi"}),
         json!({"type": "response.incomplete", "response": {"id": "r", "object": "response", "status": "incomplete",
                "incomplete_details": {"reason": "max_output_tokens"}, "output": [], "usage": {"output_tokens": 1}}}),
         json!({"type": "response.rate_limits.updated"}),
     ]);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     assert_eq!(got["status"], "incomplete");
     assert_eq!(got["incomplete_details"]["reason"], "max_output_tokens");
     assert_eq!(got["usage"]["output_tokens"], 1);
@@ -572,9 +572,9 @@ fn friendli_style_stream_equals_its_final_response() {
     for (n, event) in events.iter_mut().enumerate() {
         event["sequence_number"] = json!(n);
     }
-    let acc = feed_values(&events);
+    let mut acc = feed_values(&events);
     assert_eq!(
-        snapshot(&acc),
+        snapshot(&mut acc),
         response("completed", json!([item("Hi there", "completed")]))
     );
     assert!(acc.warnings().is_empty(), "{:?}", acc.warnings());
@@ -583,14 +583,14 @@ fn friendli_style_stream_equals_its_final_response() {
 
 #[test]
 fn server_item_without_content_keeps_ours_even_empty() {
-    let acc = feed_values(&[
+    let mut acc = feed_values(&[
         json!({"type": "response.output_item.added", "output_index": 0,
                "item": {"id": "m", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
         json!({"type": "response.output_item.done", "output_index": 0,
                "item": {"id": "m", "type": "message", "role": "assistant", "status": "completed"}}),
     ]);
     assert_eq!(
-        snapshot(&acc)["output"][0],
+        snapshot(&mut acc)["output"][0],
         json!({"id": "m", "type": "message", "role": "assistant", "status": "completed", "content": []})
     );
 }
@@ -608,7 +608,7 @@ fn many_small_deltas_stay_linear() {
         acc.add_json(args).unwrap();
     }
     assert_eq!(acc.output_text().len(), 8 * N);
-    let got = snapshot(&acc);
+    let got = snapshot(&mut acc);
     assert_eq!(got["output"][1]["arguments"].as_str().unwrap().len(), 8 * N);
     assert_eq!(acc.events(), 2 * N as u64 + 1);
 }

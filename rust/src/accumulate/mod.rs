@@ -50,6 +50,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 mod chat;
+mod fast;
 mod realtime;
 mod responses;
 
@@ -63,7 +64,7 @@ pub trait Accumulate {
     /// One event's JSON payload.
     fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError>;
     /// The object built so far, as JSON (None before anything to build from).
-    fn snapshot_json(&self) -> Option<Vec<u8>>;
+    fn snapshot_json(&mut self) -> Option<Vec<u8>>;
     fn warnings(&self) -> &[String];
     fn unknown_events(&self) -> u64;
     fn events(&self) -> u64;
@@ -75,7 +76,7 @@ macro_rules! impl_accumulate {
             fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
                 <$t>::add_json(self, payload)
             }
-            fn snapshot_json(&self) -> Option<Vec<u8>> {
+            fn snapshot_json(&mut self) -> Option<Vec<u8>> {
                 <$t>::snapshot_json(self)
             }
             fn warnings(&self) -> &[String] {
@@ -914,21 +915,51 @@ pub(crate) struct TextSpec {
     pub done_field: &'static str,
 }
 
+/// Where a delta's text went: the item at `position`, then the part `array[index]` if any,
+/// then the string field `key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TextAt {
+    pub position: usize,
+    pub part: Option<(&'static str, usize)>,
+    pub key: &'static str,
+}
+
+impl TextAt {
+    /// Appends to the string this location names (it exists: a delta put it there).
+    pub fn append(&self, store: &mut ItemStore, text: &str) {
+        let item = store.get_mut(self.position);
+        let target = match self.part {
+            None => item,
+            Some((array, index)) => match item.get_mut(array) {
+                Some(Value::Array(parts)) => match parts.get_mut(index) {
+                    Some(Value::Object(part)) => part,
+                    _ => return,
+                },
+                _ => return,
+            },
+        };
+        append_text(target, self.key, text);
+    }
+}
+
 /// Applies a text delta (`is_done == false`) or its `.done` twin. Returns whether the event
-/// was used: one without its text field changes nothing and counts as unknown.
+/// was used (one without its text field changes nothing and counts as unknown), and for an
+/// applied delta where its text went.
 pub(crate) fn apply_text(
     store: &mut ItemStore,
     warnings: &mut Vec<String>,
     ev: &StreamEvent<'_>,
     spec: &TextSpec,
     is_done: bool,
-) -> bool {
+) -> (bool, Option<TextAt>) {
     let value = if is_done {
         ev.full_text(spec.done_field)
     } else {
         ev.delta.as_ref().map(|d| Cow::Borrowed(&*d.0))
     };
-    let Some(value) = value else { return false };
+    let Some(value) = value else {
+        return (false, None);
+    };
     let p = store.resolve(ev.item_ref(), spec.kind);
     let label = if is_done {
         store.label(p)
@@ -946,6 +977,7 @@ pub(crate) fn apply_text(
                 settle_text(item, key, &value, &origin, key, warnings);
             } else {
                 append_text(item, key, &value);
+                return (true, Some(TextAt { position: p, part: None, key }));
             }
         }
         TextTarget::Part {
@@ -963,7 +995,7 @@ pub(crate) fn apply_text(
                 fresh_part(new_type, key)
             }) else {
                 warnings.push(index_warning(ev.kind(), index));
-                return true;
+                return (true, None);
             };
             if is_done {
                 settle_text(
@@ -976,10 +1008,11 @@ pub(crate) fn apply_text(
                 );
             } else {
                 append_text(part, key, &value);
+                return (true, Some(TextAt { position: p, part: Some((array, i)), key }));
             }
         }
     }
-    true
+    (true, None)
 }
 
 fn index_warning(kind: &str, index: Option<u64>) -> String {

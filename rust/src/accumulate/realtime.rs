@@ -42,6 +42,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
+    fast,
     apply_part, apply_text, event_error_warning, is_done_marker, parse_event, raw_object,
     AccumulateError, Flavor, ItemKind, ItemStore, Rejected, StreamEvent, TextSpec, TextTarget,
 };
@@ -172,7 +173,13 @@ impl RealtimeAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        let ev: StreamEvent<'_> = match parse_event(payload, self.events) {
+        let mut fast_ev = StreamEvent::default();
+        let parsed = if fast::parse_into(payload, &mut fast_ev) {
+            Ok(fast_ev)
+        } else {
+            parse_event(payload, self.events)
+        };
+        let ev: StreamEvent<'_> = match parsed {
             Ok(ev) => ev,
             Err(Rejected::Error(e)) => return Err(e),
             Err(Rejected::Malformed(kind)) => {
@@ -197,7 +204,7 @@ impl RealtimeAccumulator {
         if let Some((spec, is_done)) = text_spec(kind) {
             let r = self.response_for(ev);
             let response = &mut self.responses[r];
-            let used = apply_text(&mut response.items, &mut self.warnings, ev, spec, is_done);
+            let (used, _) = apply_text(&mut response.items, &mut self.warnings, ev, spec, is_done);
             if used && spec.kind == ItemKind::FunctionCall {
                 let p = response
                     .items

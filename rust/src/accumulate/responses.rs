@@ -52,8 +52,10 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
+    fast,
     apply_part, apply_text, event_error_warning, is_done_marker, parse_event, part_mut, raw_object,
-    AccumulateError, Flavor, ItemKind, ItemStore, Rejected, StreamEvent, TextSpec, TextTarget,
+    AccumulateError, Flavor, ItemKind, ItemStore, Rejected, StreamEvent, TextAt, TextSpec,
+    TextTarget,
 };
 
 const OUTPUT_TEXT: TextSpec = TextSpec {
@@ -175,6 +177,49 @@ pub struct ResponseAccumulator {
     warnings: Vec<String>,
     unknown_events: u64,
     events: u64,
+    run: DeltaRun,
+}
+
+/// Consecutive deltas into the same text (the bulk of any stream) are gathered here and
+/// written into the item tree at once: when another event arrives or the result is read.
+/// The first delta of a run goes the normal way and tells where its text went; the next
+/// ones, having the same event type, item id and indices with nothing in between, would
+/// resolve to that same place, so they skip the lookups.
+#[derive(Debug, Default)]
+struct DeltaRun {
+    key: Option<RunKey>,
+    text: String,
+}
+
+#[derive(Debug)]
+struct RunKey {
+    kind: String,
+    item_id: Option<String>,
+    output_index: Option<u64>,
+    content_index: Option<u64>,
+    summary_index: Option<u64>,
+    at: TextAt,
+}
+
+impl RunKey {
+    fn new(ev: &StreamEvent<'_>, at: TextAt) -> RunKey {
+        RunKey {
+            kind: ev.kind().to_owned(),
+            item_id: ev.item_id.as_ref().map(|s| s.0.clone().into_owned()),
+            output_index: ev.output_index,
+            content_index: ev.content_index,
+            summary_index: ev.summary_index,
+            at,
+        }
+    }
+
+    fn matches(&self, ev: &StreamEvent<'_>) -> bool {
+        self.kind == ev.kind()
+            && self.item_id.as_deref() == ev.item_id.as_ref().map(|s| &*s.0)
+            && self.output_index == ev.output_index
+            && self.content_index == ev.content_index
+            && self.summary_index == ev.summary_index
+    }
 }
 
 impl Default for ResponseAccumulator {
@@ -193,6 +238,17 @@ impl ResponseAccumulator {
             warnings: Vec::new(),
             unknown_events: 0,
             events: 0,
+            run: DeltaRun::default(),
+        }
+    }
+
+    /// Writes the gathered deltas into the item tree.
+    fn flush_run(&mut self) {
+        if let Some(key) = self.run.key.take() {
+            if !self.run.text.is_empty() {
+                key.at.append(&mut self.items, &self.run.text);
+                self.run.text.clear();
+            }
         }
     }
 
@@ -201,7 +257,13 @@ impl ResponseAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        let ev: StreamEvent<'_> = match parse_event(payload, self.events) {
+        let mut fast_ev = StreamEvent::default();
+        let parsed = if fast::parse_into(payload, &mut fast_ev) {
+            Ok(fast_ev)
+        } else {
+            parse_event(payload, self.events)
+        };
+        let ev: StreamEvent<'_> = match parsed {
             Ok(ev) => ev,
             Err(Rejected::Error(e)) => return Err(e),
             Err(Rejected::Malformed(kind)) => {
@@ -235,8 +297,18 @@ impl ResponseAccumulator {
     /// Applies one event; false when the event is not used.
     fn apply(&mut self, ev: &StreamEvent<'_>) -> bool {
         let kind = ev.kind();
+        if let (Some(key), Some(delta)) = (&self.run.key, &ev.delta) {
+            if key.matches(ev) {
+                self.run.text.push_str(&delta.0);
+                return true;
+            }
+        }
+        self.flush_run();
         if let Some((spec, is_done)) = text_spec(kind) {
-            let used = apply_text(&mut self.items, &mut self.warnings, ev, spec, is_done);
+            let (used, at) = apply_text(&mut self.items, &mut self.warnings, ev, spec, is_done);
+            if let Some(at) = at {
+                self.run.key = Some(RunKey::new(ev, at));
+            }
             self.implied |= used;
             return used;
         }
@@ -364,7 +436,8 @@ impl ResponseAccumulator {
 
     /// The `Response` object built so far as JSON bytes (`None` before any event that
     /// carries or implies a response).
-    pub fn snapshot_json(&self) -> Option<Vec<u8>> {
+    pub fn snapshot_json(&mut self) -> Option<Vec<u8>> {
+        self.flush_run();
         let default_base;
         let base = match &self.base {
             Some(base) => base,
@@ -394,7 +467,8 @@ impl ResponseAccumulator {
     }
 
     /// All `output_text` parts of `message` items, concatenated in output order.
-    pub fn output_text(&self) -> String {
+    pub fn output_text(&mut self) -> String {
+        self.flush_run();
         let mut text = String::new();
         for item in self.items.items() {
             if item.get("type").and_then(Value::as_str) != Some("message") {

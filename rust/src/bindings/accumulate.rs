@@ -110,7 +110,7 @@ macro_rules! accumulator_core {
                 self.framer.close();
             }
 
-            fn snapshot_json<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+            fn snapshot_json<'py>(&mut self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
                 self.acc.snapshot_json().map(|json| PyBytes::new(py, &json))
             }
 
@@ -136,7 +136,7 @@ accumulator_core!(
     ResponseAccumulator,
     "Responses accumulator core.",
     /// All output_text of message items, concatenated in output order.
-    fn output_text(&self) -> String {
+    fn output_text(&mut self) -> String {
         self.acc.output_text()
     }
 );
