@@ -20,7 +20,7 @@ types the accumulator does not use (keep-alives, tool progress, unknown types) a
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from typing import Any, Generic, TypeVar, Union
+from typing import Any, Callable, Generic, TypeVar, Union
 
 import msgspec
 
@@ -57,7 +57,7 @@ def _core_class(name: str) -> Any:
 class _Accumulator(Generic[T]):
     """What the three accumulators share."""
 
-    __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at")
+    __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at", "add")
     _core_name = ""
     _snapshot_type: Any = None
 
@@ -70,6 +70,12 @@ class _Accumulator(Generic[T]):
         """Payloads that could not be read at all (not JSON, not an object), with ``on_error="keep"``."""
         self._cached: Any = None
         self._cached_at = -1
+        self.add: Callable[[Any], None] = self._core.add
+        """Adds a typed event (from :func:`rapidsse.iter_events` / :func:`rapidsse.decode_realtime`).
+
+        :class:`UnknownEvent` is added by its raw payload (so it is counted, not lost);
+        :class:`InvalidEvent` was already reported by the decoder and is ignored. (The core's
+        own method, bound here: no Python frame per event.)"""
 
     def add_json(self, payload: Union[Bytes, str]) -> None:
         """Adds one event's JSON payload."""
@@ -78,24 +84,6 @@ class _Accumulator(Generic[T]):
         reason = self._core.add_json(payload)
         if reason is not None:
             self._rejected([(reason, self._core.events(), "message", -1, bytes(payload))])
-
-    def add(self, event: Any) -> None:
-        """Adds a typed event (from :func:`rapidsse.iter_events` / :func:`rapidsse.decode_realtime`).
-
-        :class:`UnknownEvent` is added by its raw payload (so it is counted, not lost);
-        :class:`InvalidEvent` was already reported by the decoder and is ignored.
-        """
-        if isinstance(event, UnknownEvent):
-            payload = event.raw
-        elif isinstance(event, InvalidEvent):
-            return
-        elif isinstance(event, msgspec.Struct):
-            payload = _encode(event)
-        else:
-            raise TypeError(f"add() takes a rapidsse event, not {type(event).__name__}")
-        reason = self._core.add_json(payload)
-        if reason is not None:
-            self._rejected([(reason, self._core.events(), getattr(event, "type", "message"), -1, payload)])
 
     def _rejected(self, rejected: list[tuple[str, int, str, int, bytes]]) -> None:
         errors = [

@@ -57,6 +57,7 @@ mod responses;
 pub use chat::ChatAccumulator;
 pub use realtime::RealtimeAccumulator;
 pub use responses::ResponseAccumulator;
+pub(crate) use responses::is_text_delta;
 
 /// What the three accumulators have in common, for code that drives any of them
 /// (the binding layer's tap, which frames bytes and adds each payload).

@@ -173,25 +173,22 @@ impl RealtimeAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        let mut fast_ev = StreamEvent::default();
-        let parsed = if fast::parse_into(payload, &mut fast_ev) {
-            Ok(fast_ev)
-        } else {
-            parse_event(payload, self.events)
-        };
-        let ev: StreamEvent<'_> = match parsed {
-            Ok(ev) => ev,
-            Err(Rejected::Error(e)) => return Err(e),
-            Err(Rejected::Malformed(kind)) => {
-                self.events += 1;
-                self.unknown_events += 1;
-                if is_used_type(&kind) {
-                    self.warnings
-                        .push(format!("{kind}: malformed event ignored"));
+        let mut ev = StreamEvent::default();
+        if !fast::parse_into(payload, &mut ev) {
+            ev = match parse_event(payload, self.events) {
+                Ok(ev) => ev,
+                Err(Rejected::Error(e)) => return Err(e),
+                Err(Rejected::Malformed(kind)) => {
+                    self.events += 1;
+                    self.unknown_events += 1;
+                    if is_used_type(&kind) {
+                        self.warnings
+                            .push(format!("{kind}: malformed event ignored"));
+                    }
+                    return Ok(());
                 }
-                return Ok(());
-            }
-        };
+            };
+        }
         self.events += 1;
         if !self.apply(&ev) {
             self.unknown_events += 1;

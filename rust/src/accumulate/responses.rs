@@ -142,6 +142,12 @@ fn text_spec(kind: &str) -> Option<(&'static TextSpec, bool)> {
     })
 }
 
+/// Whether events of this type are text deltas (whose fields the binding layer may read
+/// straight from a typed event: type, item id, indices, sequence number, delta).
+pub(crate) fn is_text_delta(kind: &str) -> bool {
+    matches!(text_spec(kind), Some((_, false)))
+}
+
 /// Whether the accumulator reads events of this type (for the malformed-event warning).
 fn is_used_type(kind: &str) -> bool {
     text_spec(kind).is_some()
@@ -257,25 +263,29 @@ impl ResponseAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        let mut fast_ev = StreamEvent::default();
-        let parsed = if fast::parse_into(payload, &mut fast_ev) {
-            Ok(fast_ev)
-        } else {
-            parse_event(payload, self.events)
-        };
-        let ev: StreamEvent<'_> = match parsed {
-            Ok(ev) => ev,
-            Err(Rejected::Error(e)) => return Err(e),
-            Err(Rejected::Malformed(kind)) => {
-                self.events += 1;
-                self.unknown_events += 1;
-                if is_used_type(&kind) {
-                    self.warnings
-                        .push(format!("{kind}: malformed event ignored"));
+        let mut ev = StreamEvent::default();
+        if !fast::parse_into(payload, &mut ev) {
+            ev = match parse_event(payload, self.events) {
+                Ok(ev) => ev,
+                Err(Rejected::Error(e)) => return Err(e),
+                Err(Rejected::Malformed(kind)) => {
+                    self.events += 1;
+                    self.unknown_events += 1;
+                    if is_used_type(&kind) {
+                        self.warnings
+                            .push(format!("{kind}: malformed event ignored"));
+                    }
+                    return Ok(());
                 }
-                return Ok(());
-            }
-        };
+            };
+        }
+        self.add_event(&ev);
+        Ok(())
+    }
+
+    /// One event already read (by [`add_json`](Self::add_json), or field by field from a
+    /// typed Python event by the binding layer).
+    pub(crate) fn add_event(&mut self, ev: &StreamEvent<'_>) {
         self.events += 1;
         if let Some(n) = ev.sequence_number {
             if let Some(previous) = self.last_sequence {
@@ -288,10 +298,9 @@ impl ResponseAccumulator {
             }
             self.last_sequence = Some(n);
         }
-        if !self.apply(&ev) {
+        if !self.apply(ev) {
             self.unknown_events += 1;
         }
-        Ok(())
     }
 
     /// Applies one event; false when the event is not used.

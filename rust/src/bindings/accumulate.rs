@@ -2,15 +2,185 @@
 //! per event) and `add_json(payload)` for payloads already split (typed events re-encoded, or
 //! Realtime messages). The public classes in `rapidsse.accumulate` wrap these.
 
+use std::borrow::Cow;
+
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use super::framing::framing_error;
-use super::with_bytes;
+use super::{error_from, with_bytes, Imported};
 use crate::accumulate::{
-    Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator, ResponseAccumulator,
+    is_text_delta, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
+    ResponseAccumulator, Str, StreamEvent,
 };
 use crate::framing::Framer;
+
+static UNKNOWN_EVENT: Imported = Imported::new("rapidsse._schema", "UnknownEvent");
+static INVALID_EVENT: Imported = Imported::new("rapidsse.decoding", "InvalidEvent");
+static STRUCT: Imported = Imported::new("msgspec", "Struct");
+static ENCODE: Imported = Imported::new("rapidsse.accumulate", "_encode");
+static DECODE_ERROR: Imported = Imported::new("rapidsse.errors", "DecodeError");
+
+/// Adds a typed event by its JSON: `UnknownEvent` by its raw payload, any other schema Struct
+/// re-encoded; `InvalidEvent` was reported by the decoder already and is skipped.
+fn add_encoded<A: Accumulate>(acc: &mut A, event: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = event.py();
+    let payload = if event.is_instance(UNKNOWN_EVENT.get(py)?)? {
+        event.getattr(pyo3::intern!(py, "raw"))?
+    } else if event.is_instance(INVALID_EVENT.get(py)?)? {
+        return Ok(());
+    } else if event.is_instance(STRUCT.get(py)?)? {
+        ENCODE.get(py)?.call1((event,))?
+    } else {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "add() takes a rapidsse event, not {}",
+            event.get_type().name()?
+        )));
+    };
+    let events = acc.events();
+    with_bytes(&payload, |bytes| match acc.add_json(bytes) {
+        Ok(()) => Ok(()),
+        Err(err) => {
+            let kind = event
+                .getattr(pyo3::intern!(py, "type"))
+                .and_then(|t| t.extract::<String>())
+                .unwrap_or_else(|_| "message".to_owned());
+            Err(error_from(py, &DECODE_ERROR, err.to_string(), &[
+                ("index", events.into_pyobject(py)?.into_any().unbind()),
+                ("event", PyString::new(py, &kind).into_any().unbind()),
+                ("offset", (-1i64).into_pyobject(py)?.into_any().unbind()),
+                ("raw", PyBytes::new(py, bytes).into_any().unbind()),
+            ]))
+        }
+    })
+}
+
+/// How each accumulator takes a typed event.
+trait AddTyped: Accumulate + Sized {
+    fn add_typed(&mut self, _classes: &mut DeltaClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
+        add_encoded(self, event)
+    }
+}
+
+impl AddTyped for ChatAccumulator {}
+impl AddTyped for RealtimeAccumulator {}
+
+impl AddTyped for ResponseAccumulator {
+    /// Text deltas, the bulk of a stream, are read field by field (no JSON round trip);
+    /// other events go by their JSON. Both give the same result.
+    fn add_typed(&mut self, classes: &mut DeltaClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Some(class) = classes.get(&event.get_type()) {
+            if let Some(fields) = DeltaFields::read(event, class) {
+                if let Some(ev) = fields.event(&class.kind) {
+                    self.add_event(&ev);
+                    return Ok(());
+                }
+            }
+        }
+        add_encoded(self, event)
+    }
+}
+
+/// The fields a text delta may have, in the order of [`DeltaClass::has`].
+const DELTA_FIELDS: [&str; 5] = ["item_id", "output_index", "content_index", "summary_index", "sequence_number"];
+
+/// A Responses text delta class: its wire type and which of [`DELTA_FIELDS`] it has.
+struct DeltaClass {
+    kind: String,
+    has: [bool; 5],
+}
+
+/// Per event class, looked up once: is it a text delta, and its shape.
+#[derive(Default)]
+struct DeltaClasses {
+    seen: Vec<(Py<PyType>, Option<DeltaClass>)>,
+}
+
+impl DeltaClasses {
+    fn get(&mut self, cls: &Bound<'_, PyType>) -> Option<&DeltaClass> {
+        let position = match self.seen.iter().position(|(c, _)| c.is(cls)) {
+            Some(p) => p,
+            None => {
+                let py = cls.py();
+                let tag = cls
+                    .getattr(pyo3::intern!(py, "__struct_config__"))
+                    .and_then(|c| c.getattr(pyo3::intern!(py, "tag")))
+                    .and_then(|t| t.extract::<String>())
+                    .ok()
+                    .filter(|tag| is_text_delta(tag));
+                let fields: Vec<String> = cls
+                    .getattr(pyo3::intern!(py, "__struct_fields__"))
+                    .and_then(|f| f.extract())
+                    .unwrap_or_default();
+                let class = tag.filter(|_| fields.iter().any(|f| f == "delta")).map(|kind| DeltaClass {
+                    kind,
+                    has: DELTA_FIELDS.map(|name| fields.iter().any(|f| f == name)),
+                });
+                self.seen.push((cls.clone().unbind(), class));
+                self.seen.len() - 1
+            }
+        };
+        self.seen[position].1.as_ref()
+    }
+}
+
+/// A text delta's fields, read straight off the typed event and borrowed from it.
+struct DeltaFields<'py> {
+    delta: Bound<'py, PyString>,
+    item_id: Option<Bound<'py, PyString>>,
+    indices: [Option<u64>; 4],
+}
+
+impl<'py> DeltaFields<'py> {
+    /// `None` when a field is not of the plain shape its JSON would have (then the event goes
+    /// the re-encoding way).
+    fn read(event: &Bound<'py, PyAny>, class: &DeltaClass) -> Option<DeltaFields<'py>> {
+        let py = event.py();
+        let delta = event.getattr(pyo3::intern!(py, "delta")).ok()?.cast_into::<PyString>().ok()?;
+        let [has_item_id, has_output, has_content, has_summary, has_sequence] = class.has;
+        let item_id = if has_item_id {
+            let value = event.getattr(pyo3::intern!(py, "item_id")).ok()?;
+            if value.is_none() { None } else { Some(value.cast_into::<PyString>().ok()?) }
+        } else {
+            None
+        };
+        let index = |has: bool, name: &Bound<'py, PyString>| -> Option<Option<u64>> {
+            if !has {
+                return Some(None);
+            }
+            let value = event.getattr(name).ok()?;
+            if value.is_none() {
+                return Some(None);
+            }
+            value.extract::<u64>().ok().map(Some)
+        };
+        let indices = [
+            index(has_output, pyo3::intern!(py, "output_index"))?,
+            index(has_content, pyo3::intern!(py, "content_index"))?,
+            index(has_summary, pyo3::intern!(py, "summary_index"))?,
+            index(has_sequence, pyo3::intern!(py, "sequence_number"))?,
+        ];
+        Some(DeltaFields { delta, item_id, indices })
+    }
+
+    /// The event as `add_json` would have read it from its JSON.
+    fn event<'s>(&'s self, kind: &'s str) -> Option<StreamEvent<'s>> {
+        let [output_index, content_index, summary_index, sequence_number] = self.indices;
+        Some(StreamEvent {
+            kind: Some(Str(Cow::Borrowed(kind))),
+            delta: Some(Str(Cow::Borrowed(self.delta.to_str().ok()?))),
+            item_id: match &self.item_id {
+                Some(s) => Some(Str(Cow::Borrowed(s.to_str().ok()?))),
+                None => None,
+            },
+            output_index,
+            content_index,
+            summary_index,
+            sequence_number,
+            ..StreamEvent::default()
+        })
+    }
+}
 
 /// One rejected payload, for the Python side to raise or keep:
 /// `(reason, index, event name, byte offset, raw payload)`.
@@ -80,6 +250,7 @@ macro_rules! accumulator_core {
         pub struct $name {
             acc: $inner,
             framer: Framer,
+            delta_classes: DeltaClasses,
         }
 
         #[pymethods]
@@ -87,7 +258,11 @@ macro_rules! accumulator_core {
             #[new]
             #[pyo3(signature = (max_event_size = Some(16 * 1024 * 1024)))]
             fn new(max_event_size: Option<usize>) -> Self {
-                $name { acc: <$inner>::new(), framer: Framer::new(max_event_size) }
+                $name {
+                    acc: <$inner>::new(),
+                    framer: Framer::new(max_event_size),
+                    delta_classes: DeltaClasses::default(),
+                }
             }
 
             /// Raw SSE bytes: frames them and adds every event. Returns the rejected payloads
@@ -103,6 +278,11 @@ macro_rules! accumulator_core {
             /// One payload; returns the reason it was rejected, or None.
             fn add_json(&mut self, payload: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
                 with_bytes(payload, |bytes| Ok(self.acc.add_json(bytes).err().map(|e| e.to_string())))
+            }
+
+            /// A typed event (from `iter_events` / `decode_realtime`).
+            fn add(&mut self, event: &Bound<'_, PyAny>) -> PyResult<()> {
+                self.acc.add_typed(&mut self.delta_classes, event)
             }
 
             /// Ends the framed stream (an unfinished event is discarded).
