@@ -52,7 +52,7 @@ impl EventDecoder {
         index: u64,
         offset: u64,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let name = self.strings.event_name(py, &self.names[name.0..name.1]);
+        let name = self.strings.event_name(py, &self.names[name.0..name.1])?;
         let result = self.careful.bind(py).call1((PyBytes::new(py, raw), name, index, offset))?;
         Ok((!result.is_none()).then_some(result))
     }
@@ -202,7 +202,7 @@ impl EventDecoder {
     }
 
     #[getter]
-    fn last_event_id<'py>(&mut self, py: Python<'py>) -> Bound<'py, pyo3::types::PyString> {
+    fn last_event_id<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyString>> {
         let generation = self.framer.id_generation();
         self.strings.id(py, self.framer.last_event_id(), generation)
     }

@@ -32,19 +32,19 @@ impl StringCache {
         }
     }
 
-    pub(crate) fn event_name<'py>(&mut self, py: Python<'py>, name: &[u8]) -> Bound<'py, PyString> {
+    pub(crate) fn event_name<'py>(&mut self, py: Python<'py>, name: &[u8]) -> PyResult<Bound<'py, PyString>> {
         if name.is_empty() {
-            return self.message.bind(py).clone();
+            return Ok(self.message.bind(py).clone());
         }
         if let Some((last, s)) = &self.last_name {
             if last.as_slice() == name {
-                return s.bind(py).clone();
+                return Ok(s.bind(py).clone());
             }
         }
         let s = match self.names.get(name) {
             Some(s) => s.bind(py).clone(),
             None => {
-                let s = PyString::new(py, &String::from_utf8_lossy(name));
+                let s = py_str(py, name)?;
                 if self.names.len() >= NAME_CACHE_LIMIT {
                     self.names.clear();
                 }
@@ -53,16 +53,16 @@ impl StringCache {
             }
         };
         self.last_name = Some((name.to_vec(), s.clone().unbind()));
-        s
+        Ok(s)
     }
 
-    pub(crate) fn id<'py>(&mut self, py: Python<'py>, id: &[u8], generation: u64) -> Bound<'py, PyString> {
+    pub(crate) fn id<'py>(&mut self, py: Python<'py>, id: &[u8], generation: u64) -> PyResult<Bound<'py, PyString>> {
         match &self.id {
-            Some((g, s)) if *g == generation => s.bind(py).clone(),
+            Some((g, s)) if *g == generation => Ok(s.bind(py).clone()),
             _ => {
-                let s = PyString::new(py, &String::from_utf8_lossy(id));
+                let s = py_str(py, id)?;
                 self.id = Some((generation, s.clone().unbind()));
-                s
+                Ok(s)
             }
         }
     }
@@ -92,11 +92,17 @@ pub(crate) fn framing_error(py: Python<'_>, err: FramingError, events: Py<PyAny>
     }
 }
 
+/// Decodes UTF-8 with CPython's own decoder and `"replace"` handler: one pass, and exactly
+/// what the pure-Python backend's `bytes.decode("utf-8", "replace")` gives.
 #[inline]
-pub(crate) fn py_str<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => PyString::new(py, s),
-        Err(_) => PyString::new(py, &String::from_utf8_lossy(bytes)),
+pub(crate) fn py_str<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
+    let len = pyo3::ffi::Py_ssize_t::try_from(bytes.len())
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("data too large"))?;
+    // SAFETY: the pointer and length describe `bytes`; the errors name is a C string; the
+    // result is a new reference (or NULL with an exception set, turned into Err).
+    unsafe {
+        let ptr = pyo3::ffi::PyUnicode_DecodeUTF8(bytes.as_ptr().cast(), len, c"replace".as_ptr());
+        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked())
     }
 }
 
@@ -114,9 +120,9 @@ impl SSEDecoder {
         cls: &Bound<'py, PyAny>,
         e: &RawEvent<'_>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let event = strings.event_name(py, e.event);
-        let data = py_str(py, e.data);
-        let id = strings.id(py, e.id, e.id_generation);
+        let event = strings.event_name(py, e.event)?;
+        let data = py_str(py, e.data)?;
+        let id = strings.id(py, e.id, e.id_generation)?;
         let retry = retry_to_py(py, e.retry)?;
         cls.call1((event, data, id, retry))
     }
@@ -167,7 +173,7 @@ impl SSEDecoder {
     }
 
     #[getter]
-    fn last_event_id<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyString> {
+    fn last_event_id<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
         let generation = self.framer.id_generation();
         self.strings.id(py, self.framer.last_event_id(), generation)
     }
