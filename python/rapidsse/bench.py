@@ -1,0 +1,632 @@
+"""Benchmark harness: rapidsse against the parsers users would otherwise pick, on identical inputs.
+
+Used by the pytest-benchmark suite in ``benches/`` and by ``rapidsse bench``. Three parts:
+
+- **Inputs.** :func:`responses_stream` and :func:`chat_stream` build realistic synthetic streams (the
+  shape and sizes of OpenAI's), :func:`large_event_stream` one 32 MiB event, :func:`chunked` cuts
+  bytes the way a socket delivers them and :func:`corpus_recordings` loads the real recorded streams.
+- **Contenders.** Each :class:`Contender` wraps one parser as ``run(inputs) -> int`` (the number of
+  events produced), so all of a group are timed on the same chunks and checked on the same count.
+  Peers (httpx-sse, openai, sseclient-py) are imported lazily: one that is not installed is reported
+  as skipped with its import error, never faked or timed.
+- **Timing.** :func:`measure` times one contender (median of repeated runs, ``time.perf_counter``),
+  :func:`run_all` times every group and :func:`format_table` renders the rows as Markdown.
+
+>>> contender = contenders("typed Chat (512-byte chunks)")[0]
+>>> contender.name, contender.run(chunked(chat_stream(20), 512))
+('rapidsse rust', 20)
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import itertools
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import msgspec
+
+from . import chat, decoding, responses
+from ._backend import BACKEND
+from .framing import DEFAULT_MAX_EVENT_SIZE, _PySSEDecoder
+
+__all__ = [
+    "CHUNK_SIZE",
+    "Contender",
+    "GROUPS",
+    "Recording",
+    "Workload",
+    "chat_stream",
+    "chunked",
+    "contenders",
+    "corpus_dir",
+    "corpus_recordings",
+    "format_table",
+    "large_event_stream",
+    "measure",
+    "python_event_decoder",
+    "responses_stream",
+    "run_all",
+    "workload",
+]
+
+Protocol = Literal["responses", "chat"]
+
+CHUNK_SIZE = 512
+"""Bytes per chunk in the stream groups: about what one TLS record / socket read carries."""
+
+LARGE_EVENT_SIZE = 32 * 1024 * 1024
+"""Bytes of data in the large-event group's one event (twice the default ``max_event_size``)."""
+LARGE_CHUNK_SIZE = 4096
+
+FRAMING = "framing (Responses, 512-byte chunks)"
+TYPED_RESPONSES = "typed Responses (512-byte chunks)"
+TYPED_CHAT = "typed Chat (512-byte chunks)"
+LARGE_EVENT = "framing of one 32 MiB event: 4 KiB chunks vs one chunk"
+CORPUS = "corpus (all recordings, typed)"
+GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS)
+"""Every group, in the order :func:`run_all` reports them."""
+
+# ---------------------------------------------------------------------------------------------------
+# Inputs
+
+_WORDS = (
+    "the", " stream", " of", " tokens", " arrives", " in", " small", " pieces", ",", " each", " one",
+    " a", " JSON", " object", " with", " its", " own", " sequence", " number", ".", " Parsing", " it",
+    " quickly", " matters", " when", " a", " gateway", " relays", " thousands", " at", " once", "\n",
+)
+_ALPHANUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+_RESPONSE_ID = "resp_68af4030592c81938ec0a5fbab4a3e9f05438e46b5f69a3b"
+_ITEM_ID = "msg_68af4031e9b481939ee1ec8e1b0bba5705438e46b5f69a3b"
+_CHAT_ID = "chatcmpl-C9UMzPTDpVSRqMBCXT1QzW4m8aHdE"
+_RESPONSES_LIFECYCLE = 8  # events of a Responses stream that are not text deltas
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _delta(i: int) -> str:
+    return "".join(_WORDS[(i * 7 + k) % len(_WORDS)] for k in range(1 + i % 3))
+
+
+def _obfuscation(i: int, delta: str) -> str:
+    # OpenAI pads each delta event with random characters so that all have similar lengths.
+    n = max(2, 16 - len(delta))
+    return "".join(_ALPHANUM[(i * 31 + k * 17) % len(_ALPHANUM)] for k in range(n))
+
+
+def _sse(event: str | None, payload: dict[str, Any]) -> bytes:
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + _encode(payload) + b"\n\n"
+
+
+def _response(status: str, output: list[Any], usage: Any) -> dict[str, Any]:
+    return {
+        "id": _RESPONSE_ID, "object": "response", "created_at": 1756315696, "status": status,
+        "background": False, "error": None, "incomplete_details": None, "instructions": None,
+        "max_output_tokens": None, "max_tool_calls": None, "model": "gpt-4.1-2025-04-14",
+        "output": output, "parallel_tool_calls": True, "previous_response_id": None,
+        "prompt_cache_key": None, "reasoning": {"effort": None, "summary": None},
+        "safety_identifier": None, "service_tier": "auto", "store": True, "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"}, "tool_choice": "auto",
+        "tools": [], "top_logprobs": 0, "top_p": 1.0, "truncation": "disabled", "usage": usage,
+        "user": None, "metadata": {},
+    }  # fmt: skip
+
+
+def responses_stream(n_events: int = 3000) -> bytes:
+    """A Responses API text stream of exactly ``n_events`` events, as OpenAI sends it.
+
+    ``response.created``, ``response.in_progress``, ``response.output_item.added``,
+    ``response.content_part.added``, then ``n_events - 8`` ``response.output_text.delta`` events
+    (``data`` of about 215 bytes, with ``event:`` lines, ``logprobs`` and ``obfuscation``), then
+    ``output_text.done``, ``content_part.done``, ``output_item.done`` and ``response.completed``
+    carrying the full text and the usage.
+    """
+    n_deltas = n_events - _RESPONSES_LIFECYCLE
+    if n_deltas < 1:
+        raise ValueError(f"a Responses stream needs at least {_RESPONSES_LIFECYCLE + 1} events")
+    deltas = [_delta(i) for i in range(n_deltas)]
+    text = "".join(deltas)
+    seq = iter(range(n_events))
+    where = {"item_id": _ITEM_ID, "output_index": 0, "content_index": 0}
+    empty_part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+    full_part = {**empty_part, "text": text}
+    item = {"id": _ITEM_ID, "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
+    done_item = {**item, "status": "completed", "content": [full_part]}
+    usage = {
+        "input_tokens": 27, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n_deltas,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 27 + n_deltas,
+    }  # fmt: skip
+
+    def event(kind: str, **fields: Any) -> bytes:
+        return _sse(kind, {"type": kind, "sequence_number": next(seq), **fields})
+
+    out = [
+        event("response.created", response=_response("in_progress", [], None)),
+        event("response.in_progress", response=_response("in_progress", [], None)),
+        event("response.output_item.added", output_index=0, item=item),
+        event("response.content_part.added", **where, part=empty_part),
+    ]
+    for i, delta in enumerate(deltas):
+        obfuscation = _obfuscation(i, delta)
+        out.append(event("response.output_text.delta", **where, delta=delta, logprobs=[], obfuscation=obfuscation))
+    out += [
+        event("response.output_text.done", **where, text=text, logprobs=[]),
+        event("response.content_part.done", **where, part=full_part),
+        event("response.output_item.done", output_index=0, item=done_item),
+        event("response.completed", response=_response("completed", [done_item], usage)),
+    ]
+    return b"".join(out)
+
+
+def chat_stream(n_events: int = 3000) -> bytes:
+    """A Chat Completions stream of exactly ``n_events`` ``chat.completion.chunk`` events.
+
+    A first chunk with the assistant role, ``n_events - 3`` content deltas, a chunk with
+    ``finish_reason: "stop"``, a usage chunk (empty ``choices``, as with ``include_usage``) and
+    ``data: [DONE]`` (one more SSE event, which typed decoders do not return).
+    """
+    n_deltas = n_events - 3
+    if n_deltas < 1:
+        raise ValueError("a Chat stream needs at least 4 events")
+
+    def chunk(choices: list[Any], usage: Any = None, **extra: Any) -> bytes:
+        return _sse(None, {
+            "id": _CHAT_ID, "object": "chat.completion.chunk", "created": 1756315696,
+            "model": "gpt-4o-2024-08-06", "service_tier": "default",
+            "system_fingerprint": "fp_80956533cb", "choices": choices, "usage": usage, **extra,
+        })  # fmt: skip
+
+    def choice(delta: dict[str, Any], finish_reason: str | None = None) -> list[Any]:
+        return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+
+    out = [chunk(choice({"role": "assistant", "content": "", "refusal": None}), obfuscation="Xq3")]
+    for i in range(n_deltas):
+        delta = _delta(i)
+        out.append(chunk(choice({"content": delta}), obfuscation=_obfuscation(i, delta)))
+    out.append(chunk(choice({}, "stop"), obfuscation="bT"))
+    usage = {
+        "prompt_tokens": 27, "completion_tokens": n_deltas, "total_tokens": 27 + n_deltas,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                      "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+    }  # fmt: skip
+    out.append(chunk([], usage, obfuscation="k0"))
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+def large_event_stream(size: int = LARGE_EVENT_SIZE) -> bytes:
+    """One event whose data is a ``size``-byte line: a base64 image in a JSON object, as
+    ``response.image_generation_call.partial_image`` carries."""
+    head = b'{"type":"response.image_generation_call.partial_image","partial_image_b64":"'
+    tail = b'"}'
+    filler = size - len(head) - len(tail)
+    pattern = _ALPHANUM.encode() + b"+/"
+    image = (pattern * (filler // len(pattern) + 1))[:filler]
+    return b"event: response.image_generation_call.partial_image\ndata: " + head + image + tail + b"\n\n"
+
+
+def chunked(data: bytes, size: int) -> list[bytes]:
+    """``data`` cut into ``size``-byte chunks (the last one shorter)."""
+    return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One recorded stream of the corpus: its file name, protocol and raw SSE bytes."""
+
+    name: str
+    protocol: Protocol
+    data: bytes
+
+
+def corpus_dir() -> Path:
+    """Where the recordings are: ``$RAPIDSSE_CORPUS``, else ``../shared/corpus`` beside the checkout."""
+    configured = os.environ.get("RAPIDSSE_CORPUS")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+
+
+def corpus_recordings(root: Path | None = None) -> list[Recording]:
+    """Every recorded Responses and Chat stream (``responses/*.sse``, ``chat/*.sse``), sorted.
+
+    Raises :class:`FileNotFoundError` when the corpus folder is missing.
+    """
+    root = corpus_dir() if root is None else root
+    recordings = []
+    for protocol in ("responses", "chat"):
+        folder = root / protocol
+        if not folder.is_dir():
+            raise FileNotFoundError(f"no recorded corpus at {folder} (set RAPIDSSE_CORPUS)")
+        for path in sorted(folder.glob("*.sse")):
+            recordings.append(Recording(path.name, protocol, path.read_bytes()))
+    return recordings
+
+
+# ---------------------------------------------------------------------------------------------------
+# Contenders: each runs one parser over a list of chunks and returns how many events it produced
+
+
+def python_event_decoder(protocol: Protocol) -> Any:
+    """The pure-Python typed decoding core, whatever the live backend.
+
+    Built as :class:`rapidsse.EventDecoder` builds it when the extension is absent (same schemas,
+    same careful path, ``on_error="raise"``); it has the same ``feed``, ``close`` and ``done``.
+    """
+    schema = decoding._SCHEMAS[protocol]
+    careful = functools.partial(decoding._careful, schema, "raise")
+    done_marker = decoding._DONE if protocol == "chat" else None
+    return decoding._PyEventCore(DEFAULT_MAX_EVENT_SIZE, schema.decode_lines, careful, done_marker)
+
+
+def _frame_rust(chunks: list[bytes], max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE) -> int:
+    from . import _rapidsse
+
+    feed = _rapidsse.SSEDecoder(max_event_size).feed
+    return sum([len(feed(chunk)) for chunk in chunks])
+
+
+def _frame_python(chunks: list[bytes], max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE) -> int:
+    feed = _PySSEDecoder(max_event_size).feed
+    return sum([len(feed(chunk)) for chunk in chunks])
+
+
+def _frame_httpx_sse(chunks: list[bytes]) -> int:
+    import httpx
+    import httpx_sse
+
+    response = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(chunks))
+    return sum(1 for _ in httpx_sse.EventSource(response).iter_sse())
+
+
+def _frame_openai(chunks: list[bytes]) -> int:
+    from openai._streaming import SSEDecoder
+
+    return sum(1 for _ in SSEDecoder().iter_bytes(iter(chunks)))
+
+
+def _frame_sseclient(chunks: list[bytes]) -> int:
+    import sseclient
+
+    return sum(1 for _ in sseclient.SSEClient(iter(chunks)).events())
+
+
+def _typed(decoder: Any, chunks: list[bytes]) -> int:
+    feed = decoder.feed
+    n = 0
+    for chunk in chunks:
+        n += len(feed(chunk))
+        if decoder.done:
+            return n
+    decoder.close()
+    return n
+
+
+def _typed_rust(protocol: Protocol, chunks: list[bytes]) -> int:
+    return _typed(decoding.EventDecoder(protocol), chunks)  # the Rust core when BACKEND == "rust"
+
+
+def _typed_python(protocol: Protocol, chunks: list[bytes]) -> int:
+    return _typed(python_event_decoder(protocol), chunks)
+
+
+def _split_payloads(chunks: list[bytes]) -> list[bytes]:
+    """The ``data`` of every event but ``[DONE]``: the msgspec floor's input, split before timing."""
+    events = _PySSEDecoder(None).feed(b"".join(chunks))
+    return [e.data.encode() for e in events if e.data != "[DONE]"]
+
+
+def _msgspec_floor(schema: Any, payloads: list[bytes]) -> int:
+    decode = msgspec.json.Decoder(schema).decode
+    return len([decode(payload) for payload in payloads])
+
+
+class _MockServer:
+    """An ``httpx.MockTransport`` handler that answers every request with :attr:`chunks` as SSE."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def __call__(self, request: Any) -> Any:
+        import httpx
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(self.chunks))
+
+
+@functools.lru_cache(maxsize=None)
+def _openai_client() -> tuple[Any, _MockServer]:
+    """One SDK client over a mock transport, built once so that its setup is not timed."""
+    import httpx
+    import openai
+
+    server = _MockServer()
+    client = openai.OpenAI(
+        api_key="x", base_url="http://test/v1", http_client=httpx.Client(transport=httpx.MockTransport(server))
+    )
+    return client, server
+
+
+def _sdk(protocol: Protocol, chunks: list[bytes]) -> int:
+    import openai
+
+    client, server = _openai_client()
+    server.chunks = chunks
+    if protocol == "responses":
+        stream = client.responses.create(model="gpt-4.1", input="Hi", stream=True)
+    else:
+        messages = [{"role": "user", "content": "Hi"}]
+        stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
+    n = 0
+    try:
+        for _ in stream:
+            n += 1
+    except openai.APIError:  # the SDK raises an event carrying an `error` instead of yielding it
+        n += 1
+    return n
+
+
+def _over_corpus(run: Callable[[Protocol, list[bytes]], int], corpus: list[tuple[Protocol, list[bytes]]]) -> int:
+    return sum([run(protocol, chunks) for protocol, chunks in corpus])
+
+
+def _one_chunk(chunks: list[bytes]) -> list[bytes]:
+    return [b"".join(chunks)]
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One parser in one group.
+
+    ``run(inputs) -> int`` parses the group's :class:`Workload` inputs and returns the number of
+    events produced. ``prepare``, when set, turns those inputs into ``run``'s argument outside the
+    timed region (the msgspec floor gets its payloads pre-split; the one-chunk runs get the chunks
+    joined). ``requires`` names the modules ``run`` imports; :attr:`skipped` is the import error
+    when one is missing, ``None`` when the contender can run. Ratios are taken against the group's
+    ``baseline`` contender (by default the first: rapidsse's Rust backend).
+    """
+
+    name: str
+    run: Callable[[Any], int]
+    requires: tuple[str, ...] = ()
+    prepare: Callable[[Any], Any] | None = None
+    baseline: str | None = None
+    skipped: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "skipped", _unavailable(self.requires))
+
+
+def _unavailable(modules: tuple[str, ...]) -> str | None:
+    """Why a contender that imports ``modules`` cannot run (``None`` when it can)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return f"{type(exc).__name__}: {exc}"
+    if _RUST[0] in modules and BACKEND != "rust":
+        return "RAPIDSSE_BACKEND=python: the Rust backend is not live"
+    return None
+
+
+_RUST = ("rapidsse._rapidsse",)
+_SDK = ("httpx", "openai")
+
+
+def contenders(group: str) -> list[Contender]:
+    """The contenders of ``group`` (one of :data:`GROUPS`), the baseline first."""
+    if group == FRAMING:
+        return [
+            Contender("rapidsse rust", _frame_rust, _RUST),
+            Contender("rapidsse python", _frame_python),
+            Contender("httpx-sse", _frame_httpx_sse, ("httpx", "httpx_sse")),
+            Contender("openai SSEDecoder", _frame_openai, ("openai",)),
+            Contender("sseclient-py", _frame_sseclient, ("sseclient",)),
+        ]
+    if group in (TYPED_RESPONSES, TYPED_CHAT):
+        protocol: Protocol = "responses" if group == TYPED_RESPONSES else "chat"
+        schema = responses.Event if protocol == "responses" else chat.ChatCompletionChunk
+        return [
+            Contender("rapidsse rust", functools.partial(_typed_rust, protocol), _RUST),
+            Contender("rapidsse python", functools.partial(_typed_python, protocol)),
+            Contender("msgspec floor", functools.partial(_msgspec_floor, schema), prepare=_split_payloads),
+            Contender("openai SDK", functools.partial(_sdk, protocol), _SDK),
+        ]
+    if group == LARGE_EVENT:
+        rust, python = "rapidsse rust, one chunk", "rapidsse python, one chunk"
+        uncapped_rust = functools.partial(_frame_rust, max_event_size=None)  # 32 MiB > the default cap
+        uncapped_python = functools.partial(_frame_python, max_event_size=None)
+        return [
+            Contender(rust, uncapped_rust, _RUST, prepare=_one_chunk),
+            Contender("rapidsse rust, 4 KiB chunks", uncapped_rust, _RUST, baseline=rust),
+            Contender(python, uncapped_python, prepare=_one_chunk, baseline=python),
+            Contender("rapidsse python, 4 KiB chunks", uncapped_python, baseline=python),
+        ]
+    if group == CORPUS:
+        return [
+            Contender("rapidsse rust", functools.partial(_over_corpus, _typed_rust), _RUST),
+            Contender("rapidsse python", functools.partial(_over_corpus, _typed_python)),
+            Contender("openai SDK", functools.partial(_over_corpus, _sdk), _SDK),
+        ]
+    raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Workloads and timing
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One group's input: what every contender parses, the event count each must return, and the
+    input size. For the corpus, ``inputs`` is a list of ``(protocol, chunks)``, one per recording."""
+
+    inputs: Any
+    n_events: int
+    n_bytes: int
+
+
+def workload(group: str, n_events: int = 3000) -> Workload:
+    """The input of ``group``: ``n_events`` events for the synthetic streams, cut in
+    :data:`CHUNK_SIZE`-byte chunks; one 32 MiB event in 4 KiB chunks; or every recording.
+
+    Raises :class:`FileNotFoundError` for the corpus group when the corpus is missing.
+    """
+    if group in (FRAMING, TYPED_RESPONSES):
+        data = responses_stream(n_events)
+        return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
+    if group == TYPED_CHAT:
+        data = chat_stream(n_events)
+        return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
+    if group == LARGE_EVENT:
+        data = large_event_stream()
+        return Workload(chunked(data, LARGE_CHUNK_SIZE), 1, len(data))
+    if group == CORPUS:
+        recordings = corpus_recordings()
+        inputs = [(r.protocol, chunked(r.data, CHUNK_SIZE)) for r in recordings]
+        return Workload(inputs, sum(map(_typed_event_count, recordings)), sum(len(r.data) for r in recordings))
+    raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
+
+
+def _typed_event_count(recording: Recording) -> int:
+    """How many typed events a recording holds: its SSE events up to ``data: [DONE]``."""
+    n = 0
+    for event in _PySSEDecoder(None).feed(recording.data):
+        if event.data == "[DONE]":
+            break
+        n += 1
+    return n
+
+
+class _Timing:
+    """One contender's runs on one workload: prepared and checked once, then timed in slices."""
+
+    def __init__(self, contender: Contender, inputs: Any, n_events: int) -> None:
+        self.contender = contender
+        self.n_events = n_events
+        self.n_bytes = _input_size(inputs)
+        self.prepared = contender.prepare(inputs) if contender.prepare else inputs
+        produced = contender.run(self.prepared)  # also the warm-up run
+        if produced != n_events:
+            raise AssertionError(f"{contender.name} produced {produced} events, expected {n_events}")
+        self.times: list[float] = []
+
+    def time(self, min_time: float, min_rounds: int) -> None:
+        """Runs until both ``min_time`` seconds and ``min_rounds`` runs have passed."""
+        run, prepared, clock = self.contender.run, self.prepared, time.perf_counter
+        deadline = clock() + min_time
+        for rounds in itertools.count(1):
+            start = clock()
+            run(prepared)
+            end = clock()
+            self.times.append(end - start)
+            if rounds >= min_rounds and end >= deadline:
+                return
+
+    def result(self) -> dict[str, float]:
+        median = statistics.median(self.times)
+        return {
+            "median_us_per_event": median * 1e6 / self.n_events,
+            "mb_per_s": self.n_bytes / median / 1e6,
+            "rounds": len(self.times),
+        }
+
+
+def measure(
+    contender: Contender, inputs: Any, n_events: int, min_time: float = 1.0, min_rounds: int = 5
+) -> dict[str, float]:
+    """Times ``contender`` on ``inputs``: one warm-up run, then runs until both ``min_time`` seconds
+    and ``min_rounds`` runs have passed. ``prepare`` is applied once, outside the timed region.
+
+    Returns ``median_us_per_event``, ``mb_per_s`` (input bytes per second at the median) and
+    ``rounds``. Raises :class:`AssertionError` when the contender does not produce ``n_events``
+    events, so that a broken contender fails instead of looking fast.
+    """
+    timing = _Timing(contender, inputs, n_events)
+    timing.time(min_time, min_rounds)
+    return timing.result()
+
+
+def _input_size(inputs: Any) -> int:
+    if inputs and isinstance(inputs[0], tuple):  # the corpus: (protocol, chunks) pairs
+        return sum(_input_size(chunks) for _, chunks in inputs)
+    return sum(map(len, inputs))
+
+
+def run_all(quick: bool = False, groups: tuple[str, ...] = GROUPS) -> list[dict[str, Any]]:
+    """Times every contender of every group; ``quick`` uses 300-event streams and short runs.
+
+    The contenders of a group are timed in interleaved slices (each gets ``1 / passes`` of its
+    time in every pass) so that a burst of load on a shared machine hits them all alike; each
+    reports the median of all its runs, as :func:`measure` does.
+
+    Returns one row per contender: ``group``, ``contender``, ``us_per_event``, ``mb_per_s``,
+    ``ratio`` (its time over its baseline's: how many times slower than rapidsse rust), ``rounds``
+    and ``skipped`` (why it was not timed, else ``None``).
+    """
+    n_events, min_time, passes = (300, 0.1, 3) if quick else (3000, 1.0, 5)
+    rows: list[dict[str, Any]] = []
+    for group in groups:
+        group_contenders = contenders(group)
+        try:
+            load = workload(group, n_events)
+        except FileNotFoundError as exc:
+            rows += [_row(group, c.name, skipped=str(exc)) for c in group_contenders]
+            continue
+        timings = [_Timing(c, load.inputs, load.n_events) for c in group_contenders if not c.skipped]
+        for _ in range(passes):
+            for timing in timings:
+                timing.time(min_time / passes, 1)
+        results = {t.contender.name: t.result() for t in timings}
+        for contender in group_contenders:
+            result = results.get(contender.name)
+            if result is None:
+                rows.append(_row(group, contender.name, skipped=contender.skipped))
+                continue
+            row = _row(group, contender.name, result["median_us_per_event"], result["mb_per_s"], result["rounds"])
+            baseline = results.get(contender.baseline or group_contenders[0].name)
+            if baseline is not None:
+                row["ratio"] = result["median_us_per_event"] / baseline["median_us_per_event"]
+            rows.append(row)
+    return rows
+
+
+def _row(
+    group: str,
+    contender: str,
+    us: float | None = None,
+    mb: float | None = None,
+    rounds: int = 0,
+    skipped: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "group": group, "contender": contender, "us_per_event": us, "mb_per_s": mb,
+        "ratio": None, "rounds": rounds, "skipped": skipped,
+    }  # fmt: skip
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`run_all` as one Markdown table (skipped contenders say why)."""
+    lines = [
+        "| group | contender | µs/event | MB/s | × baseline time | rounds |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        if row["skipped"]:
+            lines.append(f"| {row['group']} | {row['contender']} | skipped: {row['skipped']} | | | |")
+            continue
+        ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        lines.append(
+            f"| {row['group']} | {row['contender']} | {_figure(row['us_per_event'])} "
+            f"| {_figure(row['mb_per_s'])} | {ratio} | {row['rounds']} |"
+        )
+    return "\n".join(lines)
+
+
+def _figure(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"

@@ -1,0 +1,129 @@
+"""The benchmark harness (``rapidsse.bench``) works: its inputs are what they claim, every installed
+contender returns the right count, missing peers are skipped rather than timed, and the table renders.
+Timing itself is exercised only briefly; the benchmarks live in ``benches/``."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import rapidsse
+from rapidsse import bench, chat, responses
+
+N = 50
+
+
+def test_responses_stream_decodes_into_the_expected_events():
+    events = rapidsse.EventDecoder("responses").feed(bench.responses_stream(N))
+    assert len(events) == N
+    assert [type(e) for e in events[:4]] == [
+        responses.ResponseCreated,
+        responses.ResponseInProgress,
+        responses.OutputItemAdded,
+        responses.ContentPartAdded,
+    ]
+    deltas = events[4:-4]
+    assert all(type(e) is responses.OutputTextDelta for e in deltas)
+    assert [type(e) for e in events[-4:]] == [
+        responses.OutputTextDone,
+        responses.ContentPartDone,
+        responses.OutputItemDone,
+        responses.ResponseCompleted,
+    ]
+    text = "".join(e.delta for e in deltas)
+    assert events[-4].text == text
+    assert events[-1].response.usage.output_tokens == len(deltas)
+    assert [e.sequence_number for e in events] == list(range(N))
+
+
+def test_delta_events_are_sized_like_openais():
+    frames = rapidsse.SSEDecoder().feed(bench.responses_stream(N))
+    sizes = [len(f.data) for f in frames if f.event == "response.output_text.delta"]
+    assert all(180 <= size <= 260 for size in sizes), sizes
+
+
+def test_chat_stream_decodes_into_the_expected_chunks():
+    decoder = rapidsse.EventDecoder("chat")
+    events = decoder.feed(bench.chat_stream(N))
+    assert decoder.done
+    assert len(events) == N
+    assert all(type(e) is chat.ChatCompletionChunk for e in events)
+    assert events[0].choices[0].delta.role == "assistant"
+    assert events[-2].choices[0].finish_reason == "stop"
+    assert events[-1].choices == [] and events[-1].usage.completion_tokens == N - 3
+    assert len(rapidsse.SSEDecoder().feed(bench.chat_stream(N))) == N + 1  # and data: [DONE]
+
+
+def test_large_event_stream_is_one_event_of_the_given_size():
+    data = bench.large_event_stream(1 << 20)
+    chunks = bench.chunked(data, 4096)
+    assert b"".join(chunks) == data and {len(c) for c in chunks[:-1]} == {4096}
+    (event,) = rapidsse.SSEDecoder().feed(data)
+    assert len(event.data) == 1 << 20
+    assert event.json()["type"] == "response.image_generation_call.partial_image"
+
+
+def _available(group: str) -> list[bench.Contender]:
+    return [c for c in bench.contenders(group) if not c.skipped]
+
+
+@pytest.mark.parametrize("group", [bench.FRAMING, bench.TYPED_RESPONSES, bench.TYPED_CHAT])
+def test_every_installed_contender_counts_every_event(group):
+    load = bench.workload(group, N)
+    contenders = _available(group)
+    assert "rapidsse python" in [c.name for c in contenders]
+    for contender in contenders:
+        inputs = contender.prepare(load.inputs) if contender.prepare else load.inputs
+        assert contender.run(inputs) == N, contender.name
+
+
+def test_large_event_contenders_frame_one_event():
+    chunks = bench.chunked(bench.large_event_stream(1 << 16), 4096)
+    for contender in _available(bench.LARGE_EVENT):
+        inputs = contender.prepare(chunks) if contender.prepare else chunks
+        assert len(inputs) == (1 if "one chunk" in contender.name else 17)
+        assert contender.run(inputs) == 1, contender.name
+
+
+def test_corpus_contenders_agree_on_a_few_recordings():
+    try:
+        recordings = bench.corpus_recordings()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    sample = [r for r in recordings if r.protocol == "responses"][:2] + [r for r in recordings if r.protocol == "chat"][:2]
+    inputs = [(r.protocol, bench.chunked(r.data, bench.CHUNK_SIZE)) for r in sample]
+    expected = sum(map(bench._typed_event_count, sample))
+    for contender in _available(bench.CORPUS):
+        assert contender.run(inputs) == expected, contender.name
+
+
+def test_measure_rejects_a_contender_that_loses_events():
+    broken = bench.Contender("broken", lambda chunks: len(chunks) - 1)
+    with pytest.raises(AssertionError, match="broken produced"):
+        bench.measure(broken, [b"data: 1\n\n", b"data: 2\n\n"], 2, min_time=0)
+
+
+def test_missing_peers_are_skipped_not_timed_and_the_table_renders(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sseclient", None)  # makes `import sseclient` fail
+    rows = bench.run_all(quick=True, groups=(bench.FRAMING,))
+    by_name = {row["contender"]: row for row in rows}
+    assert list(by_name) == [c.name for c in bench.contenders(bench.FRAMING)]
+
+    skipped = by_name["sseclient-py"]
+    assert "Error: " in skipped["skipped"] and "sseclient" in skipped["skipped"]
+    assert skipped["us_per_event"] is None and skipped["rounds"] == 0
+
+    python = by_name["rapidsse python"]
+    assert python["skipped"] is None and python["us_per_event"] > 0 and python["rounds"] >= 3
+    if rapidsse.BACKEND == "rust":
+        assert by_name["rapidsse rust"]["ratio"] == 1.0
+        assert python["ratio"] == pytest.approx(python["us_per_event"] / by_name["rapidsse rust"]["us_per_event"])
+    else:
+        assert by_name["rapidsse rust"]["skipped"] and python["ratio"] is None
+
+    table = bench.format_table(rows).splitlines()
+    assert table[0].startswith("| group | contender | µs/event | MB/s |")
+    assert len(table) == 2 + len(rows)
+    assert any("| sseclient-py | skipped: ModuleNotFoundError" in line for line in table)
+    assert any(f"| {bench.FRAMING} | rapidsse python | " in line for line in table)
