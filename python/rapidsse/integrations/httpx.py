@@ -1,0 +1,117 @@
+"""httpx helpers in the spirit of httpx-sse, with rapidsse's parser underneath.
+
+::
+
+    from rapidsse.integrations.httpx import connect_sse
+
+    with httpx.Client() as client:
+        with connect_sse(client, "POST", url, json={..., "stream": True}) as source:
+            for event in source.iter_events():       # typed Responses events
+                ...
+
+    async with httpx.AsyncClient() as client:
+        async with aconnect_sse(client, "POST", url, json=body) as source:
+            stream = source.astream()                # iterate and accumulate at once
+            async for event in stream: ...
+            print(stream.response.usage)
+
+``connect_sse`` / ``aconnect_sse`` send ``Accept: text/event-stream`` and ``Cache-Control:
+no-store`` (unless given other values). Reading events checks the response's content type first and
+raises :class:`~rapidsse.integrations.SSEContentTypeError` when it is not an event stream (check
+``source.response.status_code`` first to handle error replies your own way). The protocol is taken
+from the request path (``.../chat/completions``: Chat, else Responses) unless given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import httpx
+
+from ..accumulate import EventStream, astream_chat, astream_responses, stream_chat, stream_responses
+from ..decoding import aiter_events, iter_events
+from ..framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, aiter_sse, iter_sse
+from . import SSEContentTypeError, expect_event_stream, protocol_for_path
+
+__all__ = ["EventSource", "SSEContentTypeError", "aconnect_sse", "connect_sse"]
+
+
+class EventSource:
+    """The event stream of one ``httpx.Response`` (sync or async; use the matching methods). Any
+    response with the same interface works too (``headers``, ``status_code``, ``request.url``,
+    ``iter_bytes`` / ``aiter_bytes``), e.g. an ``httpx2.Response``.
+
+    ``iter_sse`` / ``aiter_sse`` give :class:`~rapidsse.ServerSentEvent` objects, ``iter_events`` /
+    ``aiter_events`` typed events, ``stream`` / ``astream`` an :class:`~rapidsse.EventStream` that
+    also accumulates the final response. Keyword arguments go to the rapidsse function underneath
+    (``on_error``, ``max_event_size``, ``raise_on_error_event``).
+    """
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+
+    def _check(self) -> None:
+        expect_event_stream(self.response.headers.get("content-type"), self.response.status_code, self.response)
+
+    def _protocol(self, protocol: str | None) -> str:
+        return protocol if protocol is not None else protocol_for_path(self.response.request.url.path)
+
+    def iter_sse(self, *, max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE) -> Iterator[ServerSentEvent]:
+        """The raw Server-Sent Events."""
+        self._check()
+        return iter_sse(self.response.iter_bytes(), max_event_size=max_event_size)
+
+    def iter_events(self, protocol: str | None = None, **kwargs: Any) -> Iterator[Any]:
+        """The typed events (``protocol``: ``"responses"`` or ``"chat"``; default from the URL)."""
+        self._check()
+        return iter_events(self.response.iter_bytes(), self._protocol(protocol), **kwargs)  # type: ignore[arg-type]
+
+    def stream(self, protocol: str | None = None, **kwargs: Any) -> EventStream[Any]:
+        """Typed events accumulated as they pass (``.response`` / ``.completion`` after the loop)."""
+        self._check()
+        start = stream_chat if self._protocol(protocol) == "chat" else stream_responses
+        return start(self.response.iter_bytes(), **kwargs)
+
+    def aiter_sse(self, *, max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE) -> AsyncIterator[ServerSentEvent]:
+        """Async twin of :meth:`iter_sse`."""
+        self._check()
+        return aiter_sse(self.response.aiter_bytes(), max_event_size=max_event_size)
+
+    def aiter_events(self, protocol: str | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        """Async twin of :meth:`iter_events`."""
+        self._check()
+        return aiter_events(self.response.aiter_bytes(), self._protocol(protocol), **kwargs)  # type: ignore[arg-type]
+
+    def astream(self, protocol: str | None = None, **kwargs: Any) -> EventStream[Any]:
+        """Async twin of :meth:`stream` (``async for event in source.astream()``)."""
+        self._check()
+        start = astream_chat if self._protocol(protocol) == "chat" else astream_responses
+        return start(self.response.aiter_bytes(), **kwargs)
+
+
+def _sse_headers(headers: Any) -> httpx.Headers:
+    merged = httpx.Headers(headers)
+    merged.setdefault("Accept", "text/event-stream")
+    merged.setdefault("Cache-Control", "no-store")
+    return merged
+
+
+@contextmanager
+def connect_sse(client: httpx.Client, method: str, url: str | httpx.URL, **kwargs: Any) -> Iterator[EventSource]:
+    """Sends a streaming request with ``client`` (keyword arguments as for ``client.stream``) and
+    yields its :class:`EventSource`; the response is closed on exit."""
+    headers = _sse_headers(kwargs.pop("headers", None))
+    with client.stream(method, url, headers=headers, **kwargs) as response:
+        yield EventSource(response)
+
+
+@asynccontextmanager
+async def aconnect_sse(
+    client: httpx.AsyncClient, method: str, url: str | httpx.URL, **kwargs: Any
+) -> AsyncIterator[EventSource]:
+    """Async twin of :func:`connect_sse`."""
+    headers = _sse_headers(kwargs.pop("headers", None))
+    async with client.stream(method, url, headers=headers, **kwargs) as response:
+        yield EventSource(response)
