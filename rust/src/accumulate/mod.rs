@@ -14,7 +14,7 @@
 //!
 //! - A payload that is exactly `[DONE]` (ASCII whitespace around it allowed) is ignored:
 //!   not an error, not counted in `events()`.
-//! - A payload that is not JSON, not UTF-8, or JSON but not an object is an
+//! - A payload that is not JSON, not UTF-8 (anywhere, read fields or not), or JSON but not an object is an
 //!   [`AccumulateError`]; the accumulator is left unchanged and `events()` does not count it.
 //! - Every other payload counts in `events()`. A Responses/Realtime event whose read fields
 //!   have unexpected types (strings: `type`, `item_id`, `response_id`, `delta`, `text`,
@@ -154,6 +154,19 @@ pub(crate) fn parse_event<'a, T: Deserialize<'a>>(
     payload: &'a [u8],
     event_index: u64,
 ) -> Result<T, Rejected> {
+    if let Err(e) = std::str::from_utf8(payload) {
+        // serde_json only checks the strings it decodes; a payload must be text throughout.
+        let at = e.valid_up_to();
+        let line = 1 + payload[..at].iter().filter(|&&b| b == b'\n').count();
+        let column = at - payload[..at].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1) + 1;
+        return Err(Rejected::Error(AccumulateError::InvalidJson {
+            message: format!("invalid UTF-8 at line {line} column {column}"),
+            event_index,
+            line,
+            column,
+            excerpt: excerpt(payload),
+        }));
+    }
     let starts_object = payload.trim_ascii_start().first() == Some(&b'{');
     if starts_object {
         match serde_json::from_slice::<T>(payload) {
