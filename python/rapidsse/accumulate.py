@@ -99,7 +99,17 @@ class _Accumulator(Generic[T]):
         events = self._core.events()
         if events != self._cached_at:
             raw = self._core.snapshot_json()
-            self._cached = None if raw is None else decode_lenient(raw, self._snapshot_type)
+            if raw is None:
+                self._cached = None
+            else:
+                try:
+                    self._cached = decode_lenient(raw, self._snapshot_type)
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+                    # The server sent objects that do not fit the schema (e.g. a numeric id).
+                    raise DecodeError(
+                        f"the accumulated result does not fit the schema: {exc}",
+                        index=events, event="snapshot", offset=-1, raw=raw,
+                    ) from None
             self._cached_at = events
         return self._cached
 

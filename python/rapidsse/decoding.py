@@ -92,10 +92,14 @@ def _decode_alone(schema: _Schema, raw: bytes, event: str) -> Any:
         return decode_lenient(payload, schema.event)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         first_error = exc
+    except RecursionError:
+        raise _Invalid("JSON nested too deeply") from None
     try:
         obj = msgspec.json.decode(payload)
     except msgspec.DecodeError as exc:
         raise _Invalid(f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise _Invalid("JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise _Invalid(f"expected a JSON object, got {_json_kind(obj)}")
     if schema.tagged:
@@ -105,7 +109,7 @@ def _decode_alone(schema: _Schema, raw: bytes, event: str) -> Any:
                 return UnknownEvent(type=event, raw=raw)
             try:
                 return decode_lenient(payload, cls)
-            except msgspec.ValidationError as exc:
+            except (msgspec.ValidationError, RecursionError) as exc:
                 raise _Invalid(f"{exc} (decoded as {event!r}, the SSE event name)") from None
         tag = obj["type"]
         if not isinstance(tag, str):
@@ -172,7 +176,7 @@ class _PyEventCore:
                     self.done = True
                     break
         out = self._build(raw)
-        if pending is not None:
+        if pending is not None and not self.done:  # input after [DONE] is ignored
             pending.events = out
             raise pending
         return out
@@ -185,8 +189,8 @@ class _PyEventCore:
         if lines.count(b"\n") == n - 1:  # no payload spans lines
             try:
                 events = self._decode_lines(lines)
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                pass
+            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                pass  # decoded one by one below, where the bad payload is found
             else:
                 if len(events) == n:
                     return events
@@ -381,8 +385,8 @@ def decode_realtime(message: bytes | bytearray | memoryview | str, *, index: int
     """
     try:
         return _realtime_decode(message)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        pass
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, UnicodeError):
+        pass  # the careful path says what it is
     if isinstance(message, str):
         raw = message.encode("utf-8", "surrogatepass")
     else:
@@ -399,7 +403,7 @@ def iter_realtime(messages: Iterable[bytes | str], on_error: OnError = "raise") 
         try:
             yield _realtime_decode(message)
             continue
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, UnicodeError):
             pass
         raw = message.encode("utf-8", "surrogatepass") if isinstance(message, str) else bytes(message)
         decoded = _careful(schema, on_error, raw, "message", index, 0)

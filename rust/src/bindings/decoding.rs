@@ -177,6 +177,8 @@ impl EventDecoder {
                 err.value(py).setattr("events", &out)?;
                 Err(err)
             }
+            // Input after `[DONE]` is ignored, an oversized tail included.
+            (Ok(()), Err(_)) if self.done => Ok(out),
             (Ok(()), Err(err)) => Err(framing_error(py, err, out.into_any().unbind())),
             (Ok(()), Ok(())) => Ok(out),
         }
