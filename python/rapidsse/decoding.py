@@ -24,6 +24,7 @@ import msgspec
 from . import chat, realtime, responses
 from ._backend import native
 from ._pure.framing import Framer
+from ._pure.guard import Exclusive
 from ._schema import UnknownEvent, decode_lenient
 from .errors import DecodeError, SSEError, StreamError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, ServerSentEvent
@@ -145,7 +146,7 @@ def _as_tuple(*fields: Any) -> tuple[Any, ...]:
 class _PyEventCore:
     """The pure-Python twin of the Rust ``EventDecoder`` (same batching, same careful path)."""
 
-    __slots__ = ("_framer", "_decode_lines", "_careful", "_done_marker", "done")
+    __slots__ = ("_framer", "_decode_lines", "_careful", "_done_marker", "done", "_busy")
 
     def __init__(
         self,
@@ -159,8 +160,13 @@ class _PyEventCore:
         self._careful = careful
         self._done_marker = done_marker
         self.done = False
+        self._busy = Exclusive()
 
     def feed(self, data: Bytes) -> list[Any]:
+        with self._busy:
+            return self._feed(data)
+
+    def _feed(self, data: Bytes) -> list[Any]:
         if self.done:
             return []
         raw: list[tuple[Any, ...]] = []

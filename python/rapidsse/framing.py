@@ -14,6 +14,7 @@ import msgspec
 
 from ._backend import native
 from ._pure.framing import Framer
+from ._pure.guard import Exclusive
 from .errors import DecodeError, SSEError
 
 __all__ = ["DEFAULT_MAX_EVENT_SIZE", "ServerSentEvent", "SSEDecoder", "iter_sse", "aiter_sse"]
@@ -61,18 +62,20 @@ def _build_event(event: str, data: bytes, id: str, retry: Any, index: int, offse
 class _PySSEDecoder:
     """Push-style SSE decoder (pure-Python backend)."""
 
-    __slots__ = ("_framer",)
+    __slots__ = ("_framer", "_busy")
 
     def __init__(self, max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE) -> None:
         self._framer = Framer(max_event_size)
+        self._busy = Exclusive()
 
     def feed(self, data: Bytes) -> list[ServerSentEvent]:
         out: list[ServerSentEvent] = []
-        try:
-            self._framer.feed(data, out, _build_event)
-        except SSEError as exc:
-            exc.events = out
-            raise
+        with self._busy:
+            try:
+                self._framer.feed(data, out, _build_event)
+            except SSEError as exc:
+                exc.events = out
+                raise
         return out
 
     def close(self) -> list[ServerSentEvent]:

@@ -41,6 +41,7 @@ from .._schema import UnknownEvent
 from ..decoding import InvalidEvent
 from ..errors import DecodeError
 from .framing import Framer
+from .guard import Exclusive
 
 _encode = msgspec.json.Encoder().encode
 
@@ -1224,7 +1225,7 @@ def _with_output(base: dict, items: list) -> dict:
 class _Core:
     """What the three cores share: framing, counts, the binding's interface."""
 
-    __slots__ = ("_framer", "_warnings", "_unknown", "_events", "__weakref__")
+    __slots__ = ("_framer", "_warnings", "_unknown", "_events", "_busy", "__weakref__")
 
     def __init__(self, max_event_size: int | None = 16 * 1024 * 1024) -> None:
         if max_event_size is not None:
@@ -1236,8 +1237,13 @@ class _Core:
         self._warnings: list[str] = []
         self._unknown = 0
         self._events = 0
+        self._busy = Exclusive()
 
     def feed(self, data: Any) -> list[tuple] | None:
+        with self._busy:
+            return self._feed(data)
+
+    def _feed(self, data: Any) -> list[tuple] | None:
         data = _as_bytes(data)
         rejected: list[tuple] = []
         add = self._add
@@ -1252,10 +1258,11 @@ class _Core:
         return rejected or None
 
     def add_json(self, payload: Any) -> str | None:
-        try:
-            self._add(_as_bytes(payload))
-        except _Rejected as e:
-            return str(e)
+        with self._busy:
+            try:
+                self._add(_as_bytes(payload))
+            except _Rejected as e:
+                return str(e)
         return None
 
     def close(self) -> None:
