@@ -23,7 +23,7 @@ from rapidsse import (
     realtime,
     responses,
 )
-from rapidsse.decoding import _PyEventCore, _SCHEMAS, _careful
+from rapidsse._backend import using
 
 from .conftest import chunked, corpus_files, native
 
@@ -113,16 +113,9 @@ def test_backends_give_identical_events_on_the_corpus(kind):
             assert got_rust == got_py, path.name
 
 
-def _pure_decoder(protocol: str, on_error: str = "raise", max_event_size=16 << 20) -> _PyEventCore:
-    import functools
-
-    schema = _SCHEMAS[protocol]
-    return _PyEventCore(
-        max_event_size,
-        schema.decode_lines,
-        functools.partial(_careful, schema, on_error),
-        b"[DONE]" if protocol == "chat" else None,
-    )
+def _pure_decoder(protocol: str, on_error: str = "raise", max_event_size=16 << 20) -> EventDecoder:
+    with using("python"):
+        return EventDecoder(protocol, on_error=on_error, max_event_size=max_event_size)
 
 
 # --- unknown, odd and bad payloads ---------------------------------------------------------------

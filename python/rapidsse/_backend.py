@@ -6,10 +6,13 @@ extension and fails loudly when it is missing; unset (or ``auto``) prefers Rust.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
 from types import ModuleType
 
-__all__ = ["BACKEND", "native"]
+__all__ = ["BACKEND", "native", "core", "using"]
 
 _choice = os.environ.get("RAPIDSSE_BACKEND", "auto").strip().lower() or "auto"
 if _choice not in ("auto", "rust", "python"):
@@ -28,3 +31,40 @@ if _choice != "python":
         native = None
 
 BACKEND: str = "rust" if native is not None else "python"
+
+
+_override: contextvars.ContextVar[str | None] = contextvars.ContextVar("rapidsse_backend", default=None)
+
+
+def core() -> ModuleType | None:
+    """The compiled module new decoders and accumulators are built on (None: pure Python).
+
+    That is the live backend, unless :func:`using` says otherwise for the current context.
+    """
+    choice = _override.get()
+    if choice is None:
+        return native
+    if choice == "python":
+        return None
+    if native is None:
+        raise ImportError("the Rust backend was asked for, but rapidsse._rapidsse is not built")
+    return native
+
+
+@contextlib.contextmanager
+def using(choice: str) -> Iterator[None]:
+    """Builds objects on one backend (``"rust"`` or ``"python"``) within the block, e.g. to run
+    both side by side in one process (the differential tests and benchmarks do)::
+
+        with rapidsse._backend.using("python"):
+            decoder = rapidsse.EventDecoder("chat")
+    """
+    if choice not in ("rust", "python"):
+        raise ValueError(f"choice must be 'rust' or 'python', not {choice!r}")
+    if choice == "rust" and native is None:
+        raise ImportError("the Rust backend was asked for, but rapidsse._rapidsse is not built")
+    token = _override.set(choice)
+    try:
+        yield
+    finally:
+        _override.reset(token)

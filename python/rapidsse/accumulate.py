@@ -25,10 +25,10 @@ from typing import Any, Callable, Generic, TypeVar, Union
 import msgspec
 
 from . import chat, realtime, responses
-from ._backend import native
+from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
 from .decoding import EventDecoder, InvalidEvent, OnError, _chunks
-from .errors import DecodeError, SSEError
+from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes
 
 __all__ = [
@@ -47,6 +47,7 @@ T = TypeVar("T")
 
 
 def _core_class(name: str) -> Any:
+    native = _backend_core()
     if native is not None:
         return getattr(native, name)
     from ._pure import accumulate as pure
@@ -57,7 +58,7 @@ def _core_class(name: str) -> Any:
 class _Accumulator(Generic[T]):
     """What the three accumulators share."""
 
-    __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at", "add")
+    __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at", "add", "_max_event_size")
     _core_name = ""
     _snapshot_type: Any = None
 
@@ -65,6 +66,7 @@ class _Accumulator(Generic[T]):
         if on_error not in ("raise", "skip", "keep"):
             raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
         self._core = _core_class(self._core_name)(max_event_size)
+        self._max_event_size = max_event_size
         self.on_error = on_error
         self.invalid_events: list[InvalidEvent] = []
         """Payloads that could not be read at all (not JSON, not an object), with ``on_error="keep"``."""
@@ -81,6 +83,14 @@ class _Accumulator(Generic[T]):
         """Adds one event's JSON payload."""
         if isinstance(payload, str):
             payload = payload.encode("utf-8", "surrogatepass")
+        cap = self._max_event_size
+        if cap is not None and len(payload) > cap:
+            raise EventTooLarge(
+                f"a payload of {len(payload)} bytes exceeds max_event_size={cap} bytes "
+                f"(after {self._core.events()} events)",
+                limit=cap,
+                offset=-1,
+            )
         reason = self._core.add_json(payload)
         if reason is not None:
             self._rejected([(reason, self._core.events(), "message", -1, bytes(payload))])

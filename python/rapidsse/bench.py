@@ -32,7 +32,8 @@ from typing import Any, Callable, Literal
 import msgspec
 
 from . import chat, decoding, responses
-from ._backend import BACKEND
+from ._backend import BACKEND, using
+from .decoding import EventDecoder
 from .framing import DEFAULT_MAX_EVENT_SIZE, _PySSEDecoder
 
 __all__ = [
@@ -255,15 +256,9 @@ def corpus_recordings(root: Path | None = None) -> list[Recording]:
 
 
 def python_event_decoder(protocol: Protocol) -> Any:
-    """The pure-Python typed decoding core, whatever the live backend.
-
-    Built as :class:`rapidsse.EventDecoder` builds it when the extension is absent (same schemas,
-    same careful path, ``on_error="raise"``); it has the same ``feed``, ``close`` and ``done``.
-    """
-    schema = decoding._SCHEMAS[protocol]
-    careful = functools.partial(decoding._careful, schema, "raise")
-    done_marker = decoding._DONE if protocol == "chat" else None
-    return decoding._PyEventCore(DEFAULT_MAX_EVENT_SIZE, schema.decode_lines, careful, done_marker)
+    """A :class:`rapidsse.EventDecoder` on the pure-Python backend, whatever the live backend."""
+    with using("python"):
+        return EventDecoder(protocol)
 
 
 def _frame_rust(chunks: list[bytes], max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE) -> int:

@@ -22,11 +22,11 @@ from typing import Any, Callable, Literal, Union
 import msgspec
 
 from . import chat, realtime, responses
-from ._backend import native
+from ._backend import core as _backend_core
 from ._pure.framing import Framer
 from ._pure.guard import Exclusive
 from ._schema import UnknownEvent, decode_lenient
-from .errors import DecodeError, SSEError, StreamError
+from .errors import DecodeError, EventTooLarge, SSEError, StreamError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, ServerSentEvent
 
 __all__ = [
@@ -269,6 +269,7 @@ class EventDecoder:
         schema = _SCHEMAS[protocol]
         careful = functools.partial(_careful, schema, on_error)
         done_marker = _DONE if protocol == "chat" else None
+        native = _backend_core()
         if native is not None:
             known = list(schema.event_types) if schema.tagged else None
             self._core: Any = native.EventDecoder(
@@ -383,12 +384,29 @@ async def aiter_events(
 _realtime_decode = _SCHEMAS["realtime"].decode_one
 
 
-def decode_realtime(message: bytes | bytearray | memoryview | str, *, index: int = 0) -> Any:
+def _check_size(message: Any, max_event_size: int | None, index: int) -> None:
+    if max_event_size is not None and len(message) > max_event_size:
+        raise EventTooLarge(
+            f"a message of {len(message)} bytes exceeds max_event_size={max_event_size} bytes "
+            f"(message #{index})",
+            limit=max_event_size,
+            offset=-1,
+        )
+
+
+def decode_realtime(
+    message: bytes | bytearray | memoryview | str,
+    *,
+    index: int = 0,
+    max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
+) -> Any:
     """Decodes one Realtime API server event (a WebSocket text message) into its Struct.
 
     Unknown types become :class:`UnknownEvent`; invalid JSON or a known type that does not fit
-    raises :class:`DecodeError` (``index`` is reported in it).
+    raises :class:`DecodeError` (``index`` is reported in it); a message longer than
+    ``max_event_size`` (``None``: no cap) raises :class:`EventTooLarge`.
     """
+    _check_size(message, max_event_size, index)
     try:
         return _realtime_decode(message)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, UnicodeError):
@@ -400,12 +418,19 @@ def decode_realtime(message: bytes | bytearray | memoryview | str, *, index: int
     return _careful(_SCHEMAS["realtime"], "raise", raw, "message", index, 0)
 
 
-def iter_realtime(messages: Iterable[bytes | str], on_error: OnError = "raise") -> Iterator[Any]:
-    """Yields the typed events of an iterable of Realtime messages (e.g. a WebSocket connection)."""
+def iter_realtime(
+    messages: Iterable[bytes | str],
+    on_error: OnError = "raise",
+    *,
+    max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
+) -> Iterator[Any]:
+    """Yields the typed events of an iterable of Realtime messages (e.g. a WebSocket connection).
+    A message longer than ``max_event_size`` raises :class:`EventTooLarge`."""
     if on_error not in ("raise", "skip", "keep"):
         raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
     schema = _SCHEMAS["realtime"]
     for index, message in enumerate(messages):
+        _check_size(message, max_event_size, index)
         try:
             yield _realtime_decode(message)
             continue
@@ -430,9 +455,16 @@ def encode_sse(event: Any) -> bytes:
     Chat chunks are written as ``data:`` only (as servers do; end the stream with
     ``b"data: [DONE]\\n\\n"``); :class:`UnknownEvent` and :class:`InvalidEvent` write their raw payload;
     a :class:`ServerSentEvent` is written with its ``id`` and ``retry``.
+
+    A name that holds a line end would split into extra SSE lines (an injected event): such an
+    ``UnknownEvent`` / ``InvalidEvent`` name is left out (decoding reads the type from the payload),
+    and a :class:`ServerSentEvent` with one raises ``ValueError``.
     """
     if isinstance(event, ServerSentEvent):
         head = b""
+        for name, value in (("id", event.id), ("event", event.event)):
+            if _EOL.search(value.encode("utf-8", "surrogatepass")) or "\0" in value and name == "id":
+                raise ValueError(f"a ServerSentEvent {name} cannot hold a line end or NUL: {value!r}")
         if event.id:
             head += b"id: " + event.id.encode() + b"\n"
         if event.retry is not None:
@@ -441,16 +473,20 @@ def encode_sse(event: Any) -> bytes:
             head += b"event: " + event.event.encode() + b"\n"
         return head + _data_lines(event.data.encode())
     if isinstance(event, UnknownEvent):
-        return b"event: " + event.type.encode() + b"\n" + _data_lines(event.raw)
+        return _event_line(event.type) + _data_lines(event.raw)
     if isinstance(event, InvalidEvent):
-        head = b"" if event.event == "message" else b"event: " + event.event.encode() + b"\n"
-        return head + _data_lines(event.raw)
+        return (b"" if event.event == "message" else _event_line(event.event)) + _data_lines(event.raw)
     if isinstance(event, chat.ChatCompletionChunk):
         return b"data: " + _encode(event) + b"\n\n"
     tag = getattr(event, "type", None)
     if not isinstance(tag, str) or not isinstance(event, msgspec.Struct):
         raise TypeError(f"encode_sse() takes a rapidsse event, not {type(event).__name__}")
     return b"event: " + tag.encode() + b"\ndata: " + _encode(event) + b"\n\n"
+
+
+def _event_line(name: str) -> bytes:
+    encoded = name.encode("utf-8", "surrogatepass")
+    return b"" if _EOL.search(encoded) else b"event: " + encoded + b"\n"
 
 
 def _data_lines(payload: bytes) -> bytes:

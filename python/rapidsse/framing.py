@@ -45,9 +45,10 @@ class ServerSentEvent(msgspec.Struct, frozen=True, gc=False):
         """The data parsed as JSON; raises :class:`rapidsse.DecodeError` when it is not JSON."""
         try:
             return msgspec.json.decode(self.data)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             raise DecodeError(
-                f"event data is not valid JSON: {exc}",
+                f"event data is not valid JSON: {reason}",
                 index=-1,
                 event=self.event,
                 offset=-1,

@@ -107,6 +107,9 @@ impl<'a> Scanner<'a> {
                 return Some(());
             }
             self.pos += 2; // the backslash and the escaped byte
+            if self.pos > self.buf.len() {
+                return None; // a backslash as the last byte: unterminated
+            }
         }
     }
 
@@ -183,5 +186,8 @@ mod tests {
         assert_eq!(type_tag(br#"{"a":[1,2"#), TypeTag::Unusual);
         assert_eq!(type_tag(b""), TypeTag::Unusual);
         assert_eq!(type_tag(b"{\"a\":}"), TypeTag::Unusual);
+        // A backslash as the very last byte (found by fuzz/fuzz_targets/scan.rs).
+        assert_eq!(type_tag(b"{\"a\":\"\\"), TypeTag::Unusual);
+        assert_eq!(type_tag(b"{\"a\":[\"\\"), TypeTag::Unusual);
     }
 }

@@ -233,7 +233,8 @@ impl<'a> Reader<'a> {
         out.push_str(&self.text[start..end]);
         self.pos = end;
         loop {
-            match self.buf[self.pos] {
+            // `get`: an escape may end the buffer (an unterminated string).
+            match *self.buf.get(self.pos)? {
                 b'"' => {
                     self.pos += 1;
                     return Some(Cow::Owned(out));
@@ -493,6 +494,14 @@ mod tests {
             String::from_utf8_lossy(payload)
         );
         true
+    }
+
+    #[test]
+    fn an_escape_ending_the_payload_is_refused_not_a_panic() {
+        // Found by fuzz/fuzz_targets/accumulate.rs: the unescaping loop indexed past the end.
+        for payload in [&br#"{"type":"x\n"#[..], br#"{"type":"a","delta":"b\u00e9"#, br#"{"delta":"\""#] {
+            assert!(!check(payload));
+        }
     }
 
     #[test]

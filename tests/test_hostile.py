@@ -1,0 +1,515 @@
+"""Hostile input: a differential fuzz test of the public entry points, both backends in one process.
+
+Random bytes and mutated corpus streams (byte flips, truncation, deletion, insertion of CR/LF/NUL/
+BOM/invalid UTF-8 and of hostile JSON members: huge numbers, deep nesting, duplicate keys, lone
+surrogate escapes, wrong types), at random chunkings. The Rust and the pure-Python backend must
+give the same events (compared as ``msgspec.to_builtins(e, enc_hook=repr)``) or raise the same
+:class:`SSEError`; and nothing may raise anything but :class:`SSEError` subclasses (no
+``PanicException``, ``ValueError``, ``UnicodeError``, msgspec errors, ``RecursionError``).
+
+Also: the ``max_event_size`` cap, wherever bytes are buffered (a stream that never sends a line
+end, one JSON payload, accumulation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rapidsse
+from rapidsse import (
+    ChatAccumulator,
+    EventDecoder,
+    EventTooLarge,
+    InvalidEvent,
+    RealtimeAccumulator,
+    ResponseAccumulator,
+    SSEError,
+    UnknownEvent,
+    decode_realtime,
+    encode_sse,
+    iter_events,
+    iter_realtime,
+    iter_sse,
+)
+from rapidsse._backend import using
+from rapidsse.framing import _PySSEDecoder
+
+from .conftest import corpus_files, native
+
+if native is None and os.environ.get("RAPIDSSE_BACKEND") == "rust":
+    raise RuntimeError("RAPIDSSE_BACKEND=rust but the compiled extension is missing")
+
+BACKENDS = ("python", "rust") if native is not None else ("python",)
+CAPS = (None, 16 << 20, 4096, 300, 40, 0)
+
+
+SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+
+
+def builtins(events):
+    return msgspec.to_builtins(list(events), enc_hook=repr)
+
+
+# --- backends side by side --------------------------------------------------------------------
+
+
+def sse_decoder(backend: str, cap):
+    return native.SSEDecoder(cap) if backend == "rust" else _PySSEDecoder(cap)
+
+
+def event_decoder(backend: str, protocol: str, on_error: str, cap, raise_on_error_event=False) -> EventDecoder:
+    """The public EventDecoder, on the given backend."""
+    with using(backend):
+        return EventDecoder(protocol, on_error=on_error, max_event_size=cap, raise_on_error_event=raise_on_error_event)
+
+
+def accumulator(backend: str, cls, on_error: str = "raise", cap=16 << 20):
+    """The public accumulator class, on the given backend."""
+    with using(backend):
+        return cls(on_error=on_error, max_event_size=cap)
+
+
+def acc_state(acc) -> dict:
+    raw = acc._core.snapshot_json()
+    state = {
+        "snapshot_json": None if raw is None else json.loads(raw),
+        "warnings": acc.warnings,
+        "unknown": acc.unknown_events,
+        "events": acc.events,
+        "invalid": builtins(acc.invalid_events),
+    }
+    prop = {ResponseAccumulator: "response", ChatAccumulator: "completion", RealtimeAccumulator: "responses"}
+    try:
+        state["snapshot"] = msgspec.to_builtins(getattr(acc, prop[type(acc)]), enc_hook=repr)
+    except SSEError as exc:
+        state["snapshot"] = ("error", type(exc).__name__)
+    if isinstance(acc, ResponseAccumulator):
+        state["output_text"] = acc.output_text
+    return state
+
+
+def outcome(feed, chunks, *, exact=True) -> list:
+    """Events of ``chunks`` through ``feed``, and the SSEError that ended them (anything else
+    propagates and fails the test). ``exact=False`` leaves out error messages (an EventTooLarge
+    message quotes the chunk end, which depends on the chunking)."""
+    out: list = []
+    for chunk in chunks:
+        try:
+            out.extend(builtins(feed(chunk) or ()))
+        except SSEError as exc:
+            out.extend(builtins(exc.events))
+            out.append(("error", type(exc).__name__, str(exc) if exact else None))
+            break
+    return out
+
+
+# --- hostile streams ----------------------------------------------------------------------------
+
+_EVENTS = {
+    kind: [
+        event + b"\n\n"
+        for path in corpus_files(kind)
+        for event in path.read_bytes().replace(b"\r\n", b"\n").split(b"\n\n")
+        if event.strip()
+    ]
+    for kind in ("responses", "chat")
+}
+_REALTIME = [line for path in corpus_files("realtime") for line in path.read_bytes().splitlines() if line.strip()]
+
+_BYTES = [
+    b"\r", b"\n", b"\r\n", b"\n\n", b"\r\r", b"\0", b"\xef\xbb\xbf", b"\xef\xbb", b"\xff", b"\xc3",
+    b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\\", b'"', b"{", b"}", b"[", b"]", b":", b",",
+    b"data: ", b"data:", b"event: error\n", b"event:\n", b"id: 7\n", b"id: a\0b\n", b"retry: 3000\n",
+    b"retry: 99999999999999999999999\n", b": keep-alive\n", b"data: [DONE]\n\n", b"data\n", b"\n\ndata: {}\n",
+    b"data: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n",
+]
+
+_KEYS = [
+    "type", "delta", "item_id", "output_index", "content_index", "summary_index", "sequence_number",
+    "response", "item", "part", "text", "arguments", "choices", "index", "usage", "id", "status",
+    "output", "content", "error", "message", "tool_calls", "function", "name", "logprobs",
+    "finish_reason", "role", "refusal", "annotations", "transcript", "response_id", "call_id", "x",
+]
+
+_VALUES = [
+    "5", "-1", "0", "-0", "1.5", "1e400", "-1e400", "18446744073709551616", "9223372036854775808",
+    "1" * 400, "0.1e-400", "true", "null", '""', "[]", "{}", '"\\ud800"', '"\\udc00x"', '"a\\ud800\\ud800b"',
+    '"\\ud83d\\ude00"', '"x\\u0000y"', '"\\"\\\\\\/\\b\\f\\n\\r\\t"', '"\\u00e9\\u2028"', '"' + "x" * 3000 + '"',
+    "[" * 130 + "]" * 130, '{"a":' * 129 + "1" + "}" * 129,
+    "[" * 2000 + "]" * 2000, '"x\\n\\ndata: {\\"type\\":\\"error\\"}"', '"a\\rb"',
+    '{"type":"message","id":5}', '{"type":"x\\n\\ndata: {}"}', '[{"index":0,"delta":{"content":5}}]',
+    '{"id":"r","output":5}', '{"id":5}', '"response.output_text.delta"', '"response.created"',
+    '"response.completed"', '"response.output_item.added"', '"error"',
+]
+
+
+@st.composite
+def json_member(draw) -> bytes:
+    key = draw(st.sampled_from(_KEYS))
+    value = draw(st.sampled_from(_VALUES))
+    return f'"{key}":{value},'.encode()
+
+
+@st.composite
+def mutated(draw, base: bytes) -> bytes:
+    data = bytearray(base)
+    for _ in range(draw(st.integers(0, 6))):
+        op = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "member", "member", "dup", "cut-escape"]))
+        pos = draw(st.integers(0, len(data)))
+        if op == "flip" and data:
+            pos = min(pos, len(data) - 1)
+            data[pos] ^= 1 << draw(st.integers(0, 7))
+        elif op == "truncate":
+            del data[pos:]
+        elif op == "insert":
+            data[pos:pos] = draw(st.sampled_from(_BYTES) | st.binary(min_size=1, max_size=8))
+        elif op == "delete":
+            del data[pos : pos + draw(st.integers(1, 16))]
+        elif op == "member":
+            # A hostile member right after a `{`: valid JSON with a bad value (or a duplicate key).
+            brace = data.find(b"{", pos)
+            if brace < 0:
+                brace = data.find(b"{")
+            if brace >= 0:
+                data[brace + 1 : brace + 1] = draw(json_member())
+        elif op == "cut-escape":
+            # End a payload right after a JSON escape (`..."a\n` + line end): unterminated.
+            at = data.find(b"\\", pos)
+            if at >= 0:
+                end = data.find(b"\n", at)
+                data[at + 2 : end if end >= 0 else len(data)] = b""
+        elif op == "dup" and data:
+            end = min(len(data), pos + draw(st.integers(1, 200)))
+            data[pos:pos] = data[pos:end]
+    return bytes(data)
+
+
+@st.composite
+def sse_stream(draw, kind: str) -> bytes:
+    events = _EVENTS[kind]
+    start = draw(st.integers(0, len(events) - 1))
+    base = b"".join(events[start : start + draw(st.integers(1, 24))])
+    return draw(mutated(base))
+
+
+@st.composite
+def chunking(draw, data: bytes) -> list[bytes]:
+    if len(data) <= 600 and draw(st.integers(0, 9)) == 0:
+        return [data[i : i + 1] for i in range(len(data))] + [b""]
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=12)))
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+
+
+def random_stream() -> st.SearchStrategy[bytes]:
+    parts = st.lists(st.sampled_from(_BYTES) | st.binary(max_size=40), max_size=40).map(b"".join)
+    return st.one_of(st.binary(max_size=1500), parts)
+
+
+# --- framing ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=1000, **SETTINGS)
+@given(st.data(), st.sampled_from(CAPS))
+def test_framing_backends_agree_on_hostile_streams(data, cap):
+    stream = data.draw(st.one_of(sse_stream("responses"), sse_stream("chat"), random_stream()))
+    chunks = data.draw(chunking(stream))
+    results = [outcome(sse_decoder(backend, cap).feed, chunks) for backend in BACKENDS]
+    assert all(r == results[0] for r in results), chunks
+    # Chunking does not matter (up to the offset in an EventTooLarge message).
+    assert outcome(_PySSEDecoder(cap).feed, [stream], exact=False) == outcome(
+        _PySSEDecoder(cap).feed, chunks, exact=False
+    )
+    # The public wrappers: only SSEError, and event.json() raises only DecodeError.
+    try:
+        for event in iter_sse(chunks, max_event_size=cap):
+            try:
+                event.json()
+            except SSEError:
+                pass
+    except SSEError:
+        pass
+
+
+# --- typed decoding -----------------------------------------------------------------------------
+
+
+@settings(max_examples=1000, **SETTINGS)
+@given(
+    st.data(),
+    st.sampled_from(["responses", "chat"]),
+    st.sampled_from(["raise", "skip", "keep"]),
+    st.sampled_from((None, 16 << 20, 300)),
+    st.booleans(),
+)
+def test_typed_decoding_backends_agree_on_hostile_streams(data, protocol, on_error, cap, raise_on_error_event):
+    stream = data.draw(st.one_of(sse_stream(protocol), sse_stream(protocol), random_stream()))
+    chunks = data.draw(chunking(stream))
+    results = [
+        outcome(event_decoder(backend, protocol, on_error, cap, raise_on_error_event).feed, chunks)
+        for backend in BACKENDS
+    ]
+    assert all(r == results[0] for r in results), chunks
+    whole = event_decoder("python", protocol, on_error, cap, raise_on_error_event)
+    assert outcome(whole.feed, [stream], exact=False) == outcome(
+        event_decoder("python", protocol, on_error, cap, raise_on_error_event).feed, chunks, exact=False
+    )
+    try:
+        list(iter_events(chunks, protocol, on_error, max_event_size=cap))
+    except SSEError:
+        pass
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(st.data(), st.sampled_from(["responses", "chat"]))
+def test_encode_sse_round_trips_hostile_events(data, protocol):
+    """A gateway re-emits what it parsed: decoding ``encode_sse(event)`` gives the same event back,
+    one event for one (no event injected by a payload's ``type``)."""
+    stream = data.draw(sse_stream(protocol))
+    events = outcome(event_decoder("python", protocol, "keep", None).feed, [stream])
+    decoder = event_decoder("python", protocol, "keep", None)
+    for event in decoder.feed(stream):
+        again = event_decoder(BACKENDS[-1], protocol, "keep", None).feed(encode_sse(event))
+        assert len(again) == 1, (event, encode_sse(event))
+        if isinstance(event, InvalidEvent):
+            assert (again[0].raw, again[0].event) == (event.raw, event.event)
+        else:
+            assert builtins(again) == builtins([event])
+    assert events is not None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_encode_sse_cannot_inject_events(backend):
+    """A payload whose `type` holds line ends must not become extra events when re-emitted."""
+    stream = b'data: {"type":"x\\n\\ndata: {\\"type\\":\\"error\\"}\\r","a":1}\n\n'
+    (event,) = event_decoder(backend, "responses", "keep", None).feed(stream)
+    again = event_decoder(backend, "responses", "keep", None).feed(encode_sse(event))
+    assert builtins(again) == builtins([event])
+
+
+# --- accumulation -------------------------------------------------------------------------------
+
+
+@settings(max_examples=600, **SETTINGS)
+@given(
+    st.data(),
+    st.sampled_from([(ResponseAccumulator, "responses"), (ChatAccumulator, "chat")]),
+    st.sampled_from(["raise", "skip", "keep"]),
+    st.sampled_from((None, 16 << 20, 300)),
+)
+def test_accumulator_tap_backends_agree_on_hostile_streams(data, kind, on_error, cap):
+    cls, protocol = kind
+    stream = data.draw(st.one_of(sse_stream(protocol), sse_stream(protocol), random_stream()))
+    chunks = data.draw(chunking(stream))
+    results = []
+    for backend in BACKENDS:
+        acc = accumulator(backend, cls, on_error, cap)
+        out = outcome(acc.feed, chunks)
+        acc.close()
+        results.append((out, acc_state(acc)))
+    assert all(r == results[0] for r in results), chunks
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(st.data(), st.sampled_from([(ResponseAccumulator, "responses"), (ChatAccumulator, "chat")]))
+def test_accumulator_add_and_add_json_backends_agree(data, kind):
+    cls, protocol = kind
+    stream = data.draw(sse_stream(protocol))
+    typed = event_decoder("python", protocol, "keep", None).feed(stream)
+    payloads: list = []
+    from rapidsse._pure.framing import Framer
+
+    Framer(None).feed(stream, payloads, lambda event, payload, *rest: payload)
+    results = []
+    for backend in BACKENDS:
+        acc = accumulator(backend, cls, "keep")
+        if acc.add is None:
+            pytest.skip(f"the {backend} accumulator core has no add() yet")
+        for event in typed:
+            try:
+                acc.add(event)
+            except SSEError:
+                pass
+        by_json = accumulator(backend, cls, "keep")
+        for payload in payloads:
+            by_json.add_json(payload)
+        results.append((acc_state(acc), acc_state(by_json)))
+    assert all(r == results[0] for r in results)
+
+
+@st.composite
+def realtime_message(draw):
+    message = draw(st.one_of(mutated(draw(st.sampled_from(_REALTIME))), st.binary(max_size=200)))
+    forms = ["bytes", "bytes", "str", "bytearray", "str-surrogate"]
+    form = draw(st.sampled_from(forms))
+    if form == "str":
+        return message.decode("utf-8", "replace")
+    if form == "str-surrogate":  # a Python str holding a lone surrogate (not encodable as UTF-8)
+        text = message.decode("utf-8", "replace")
+        at = draw(st.integers(0, len(text)))
+        return text[:at] + "\ud800" + text[at:]
+    return bytearray(message) if form == "bytearray" else message
+
+
+@settings(max_examples=500, **SETTINGS)
+@given(st.lists(realtime_message(), min_size=1, max_size=12), st.sampled_from(["raise", "skip", "keep"]))
+def test_realtime_backends_agree_on_hostile_messages(messages, on_error):
+    results = []
+    for backend in BACKENDS:
+        acc = accumulator(backend, RealtimeAccumulator, on_error)
+        out = outcome(acc.feed, messages)
+        results.append((out, acc_state(acc)))
+    assert all(r == results[0] for r in results)
+    for message in messages:
+        try:
+            decode_realtime(message)
+        except SSEError:
+            pass
+    try:
+        list(iter_realtime(messages, on_error))
+    except SSEError:
+        pass
+
+
+# --- pinned reproducers ---------------------------------------------------------------------------
+
+
+def _raises_only_sse_errors(call, *args, **kwargs):
+    try:
+        call(*args, **kwargs)
+    except SSEError:
+        pass
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backslash_at_the_end_of_a_payload(backend):
+    # Was a PanicException from rust/src/scan.rs (skip_string read past the end); found by fuzzing.
+    for payload in (b'{"a":"\\', b'{"a":["\\', b'{"a":{"b":"\\', b'{"a":"x\\\\\\'):
+        dec = event_decoder(backend, "responses", "keep", None)
+        events = dec.feed(b"data: " + payload + b"\n\n")
+        assert len(events) == 1 and isinstance(events[0], InvalidEvent)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_escape_ending_a_payload(backend):
+    # Was a PanicException from rust/src/accumulate/fast.rs (the unescaping loop read past the
+    # end of an unterminated string); found by fuzzing.
+    for payload in (b'{"type":"x\\n', b'{"type":"response.output_text.delta","delta":"a\\n',
+                    b'{"type":"response.output_text.delta","item_id":"\\u00e9'):
+        for cls in (ResponseAccumulator, ChatAccumulator, RealtimeAccumulator):
+            acc = accumulator(backend, cls, "keep")
+            acc.add_json(payload)
+            if cls is not RealtimeAccumulator:
+                acc.feed(b"data: " + payload + b"\n\n")
+            assert acc.events == 0 and len(acc.invalid_events) == (1 if cls is RealtimeAccumulator else 2)
+
+
+DEEP = [b"[" * n + b"]" * n for n in (1200, 5000, 100_000)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("protocol", ["responses", "chat"])
+def test_deep_nesting_in_a_payload_is_a_decode_error(backend, protocol):
+    for deep in DEEP:
+        for payload in (deep, b'{"type":"response.output_text.delta","x":' + deep + b"}",
+                        b'{"type":"response.future","x":' + deep + b"}", b'{"id":"c","choices":[],"x":' + deep + b"}"):
+            for on_error in ("raise", "keep"):
+                _raises_only_sse_errors(event_decoder(backend, protocol, on_error, None).feed, b"data: " + payload + b"\n\n")
+
+
+def test_deep_nesting_in_realtime_and_json_is_a_decode_error():
+    for deep in DEEP:
+        for message in (deep, b'{"type":"response.created","x":' + deep + b"}"):
+            _raises_only_sse_errors(decode_realtime, message)
+            _raises_only_sse_errors(lambda m: list(iter_realtime([m], "keep")), message)
+            _raises_only_sse_errors(rapidsse.ServerSentEvent(data=message.decode()).json)
+
+
+def test_lone_surrogate_in_a_realtime_str_is_a_decode_error():
+    for message in ('{"type":"x\ud800"}', '{"type":"response.output_text.delta","delta":"\ud800"}', "\ud800"):
+        _raises_only_sse_errors(decode_realtime, message)
+        _raises_only_sse_errors(lambda m: list(iter_realtime([m], "keep")), message)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_snapshot_of_a_badly_typed_object_raises_sse_error(backend):
+    cases = [
+        (ResponseAccumulator, b'data: {"type":"response.created","response":{"id":5}}\n\n', "response"),
+        (ResponseAccumulator, b'data: {"type":"response.completed","response":{"id":"r","usage":"x"}}\n\n', "response"),
+        (ResponseAccumulator, b'data: {"type":"response.output_item.added","output_index":0,'
+                              b'"item":{"type":"message","id":"m","content":7}}\n\n', "response"),
+        (ChatAccumulator, b'data: {"id":5,"choices":[]}\n\n', "completion"),
+        (ChatAccumulator, b'data: {"id":"c","choices":[{"index":0,"delta":{"content":5}}]}\n\n', "completion"),
+    ]
+    for cls, stream, prop in cases:
+        acc = accumulator(backend, cls)
+        acc.feed(stream)
+        _raises_only_sse_errors(getattr, acc, prop)
+    acc = accumulator(backend, RealtimeAccumulator)
+    acc.feed(b'{"type":"response.created","response":{"id":"r","status":5}}')
+    _raises_only_sse_errors(getattr, acc, "responses")
+
+
+# --- the size cap -------------------------------------------------------------------------------
+
+CAP = 64 * 1024
+
+
+def _never_a_line_end(feed, chunk=b"x" * 1024, limit=4 * CAP) -> int:
+    """Feeds ``data: xxxx...`` without ever a line end; returns the bytes fed when it was refused."""
+    fed = 0
+    with pytest.raises(EventTooLarge) as info:
+        feed(b"data: ")
+        while fed < limit:
+            feed(chunk)
+            fed += len(chunk)
+    assert info.value.limit == CAP
+    return fed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stream_that_never_sends_a_line_end_is_stopped_at_the_cap(backend):
+    feeds = [
+        sse_decoder(backend, CAP).feed,
+        event_decoder(backend, "responses", "raise", CAP).feed,
+        event_decoder(backend, "chat", "raise", CAP).feed,
+        accumulator(backend, ResponseAccumulator, cap=CAP).feed,
+        accumulator(backend, ChatAccumulator, cap=CAP).feed,
+    ]
+    for feed in feeds:
+        assert CAP - 1024 <= _never_a_line_end(feed) <= CAP + 1024
+        # ... and stays stopped (until reset()).
+        with pytest.raises(SSEError):
+            feed(b"\n\n")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_cap_applies_to_one_payload_with_line_ends(backend):
+    big = b'data: {"type":"response.output_text.delta","delta":"' + b"x" * CAP + b'"}\n\n'
+    many_lines = b"data: x\n" * (CAP // 2 + 1) + b"\n"  # the cap is on the joined data, not per line
+    for stream in (big, many_lines):
+        for feed in (
+            sse_decoder(backend, CAP).feed,
+            event_decoder(backend, "responses", "keep", CAP).feed,
+            accumulator(backend, ResponseAccumulator, cap=CAP).feed,
+        ):
+            with pytest.raises(EventTooLarge):
+                feed(stream)
+    # Just under the cap goes through.
+    ok = b'data: {"type":"response.output_text.delta","delta":"' + b"x" * (CAP - 100) + b'"}\n\n'
+    assert len(sse_decoder(backend, CAP).feed(ok)) == 1
+    assert len(event_decoder(backend, "responses", "raise", CAP).feed(ok)) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_cap_applies_to_add_json(backend):
+    payload = b'{"type":"response.output_text.delta","item_id":"m","delta":"' + b"x" * CAP + b'"}'
+    for cls in (ResponseAccumulator, RealtimeAccumulator):
+        acc = accumulator(backend, cls, cap=CAP)
+        with pytest.raises(EventTooLarge):
+            acc.add_json(payload)
