@@ -27,9 +27,9 @@ import msgspec
 from . import chat, realtime, responses
 from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
-from .decoding import EventDecoder, InvalidEvent, OnError, _chunks
-from .errors import DecodeError, EventTooLarge, SSEError
-from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes
+from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _chunks
+from .errors import DecodeError, EventTooLarge
+from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
 
 __all__ = [
     "ChatAccumulator",
@@ -236,32 +236,13 @@ class EventStream(Generic[T]):
         return self._decoder.feed(chunk)
 
     def __iter__(self) -> Iterator[Any]:
-        for chunk in _chunks(self._source):
-            try:
-                events = self._step(chunk)
-            except SSEError as exc:
-                yield from exc.events
-                raise
-            yield from events
-            if self._decoder.done:
-                return
+        yield from drain(self._step, _chunks(self._source), lambda: self._decoder.done)
         self._decoder.close()
         self.accumulator.close()
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        aiter_bytes = getattr(self._source, "aiter_bytes", None)
-        chunks = aiter_bytes() if callable(aiter_bytes) else self._source
-        async for chunk in chunks:
-            try:
-                events = self._step(chunk)
-            except SSEError as exc:
-                for event in exc.events:
-                    yield event
-                raise
-            for event in events:
-                yield event
-            if self._decoder.done:
-                return
+        async for event in adrain(self._step, _achunks(self._source), lambda: self._decoder.done):
+            yield event
         self._decoder.close()
         self.accumulator.close()
 

@@ -27,7 +27,7 @@ from ._pure.framing import Framer
 from ._pure.guard import Exclusive
 from ._schema import UnknownEvent, decode_lenient
 from .errors import DecodeError, EventTooLarge, SSEError, StreamError
-from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, ServerSentEvent
+from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, ServerSentEvent, adrain, drain
 
 __all__ = [
     "EventDecoder",
@@ -320,6 +320,11 @@ def _chunks(source: Any) -> Iterable[Bytes]:
     return iter_bytes() if callable(iter_bytes) else source
 
 
+def _achunks(source: Any) -> AsyncIterable[Bytes]:
+    aiter_bytes = getattr(source, "aiter_bytes", None)
+    return aiter_bytes() if callable(aiter_bytes) else source
+
+
 def iter_events(
     source: Iterable[Bytes],
     protocol: Protocol = "responses",
@@ -336,16 +341,7 @@ def iter_events(
     decoder = EventDecoder(
         protocol, on_error=on_error, max_event_size=max_event_size, raise_on_error_event=raise_on_error_event
     )
-    feed = decoder.feed
-    for chunk in _chunks(source):
-        try:
-            events = feed(chunk)
-        except SSEError as exc:
-            yield from exc.events
-            raise
-        yield from events
-        if decoder.done:
-            return
+    yield from drain(decoder.feed, _chunks(source), lambda: decoder.done)
     decoder.close()
 
 
@@ -362,20 +358,8 @@ async def aiter_events(
     decoder = EventDecoder(
         protocol, on_error=on_error, max_event_size=max_event_size, raise_on_error_event=raise_on_error_event
     )
-    feed = decoder.feed
-    aiter_bytes = getattr(source, "aiter_bytes", None)
-    chunks = aiter_bytes() if callable(aiter_bytes) else source
-    async for chunk in chunks:
-        try:
-            events = feed(chunk)
-        except SSEError as exc:
-            for event in exc.events:
-                yield event
-            raise
-        for event in events:
-            yield event
-        if decoder.done:
-            return
+    async for event in adrain(decoder.feed, _achunks(source), lambda: decoder.done):
+        yield event
     decoder.close()
 
 

@@ -8,7 +8,7 @@ wrap it around (async) iterables of bytes.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import msgspec
 
@@ -117,29 +117,26 @@ attribute, and the decoder refuses input until ``reset()``.
 """ if native is None else SSEDecoder.__doc__
 
 
-def iter_sse(
-    source: Iterable[Bytes], *, max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE
-) -> Iterator[ServerSentEvent]:
-    """Yields the events of an iterable of byte chunks (e.g. ``response.iter_bytes()``)."""
-    decoder = SSEDecoder(max_event_size)
-    feed = decoder.feed
-    for chunk in source:
+def drain(feed: Callable[[Any], list[Any]], chunks: Iterable[Any],
+          finished: Callable[[], bool] = lambda: False) -> Iterator[Any]:
+    """Yields what ``feed`` makes of each chunk until ``finished()``. When ``feed`` raises an
+    :class:`SSEError`, the events it had completed (``err.events``) are yielded first: nothing is
+    lost. The one loop behind every iterator of the package."""
+    for chunk in chunks:
         try:
             events = feed(chunk)
         except SSEError as exc:
             yield from exc.events
             raise
         yield from events
-    decoder.close()
+        if finished():
+            return
 
 
-async def aiter_sse(
-    source: AsyncIterable[Bytes], *, max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE
-) -> AsyncIterator[ServerSentEvent]:
-    """Yields the events of an async iterable of byte chunks (e.g. ``response.aiter_bytes()``)."""
-    decoder = SSEDecoder(max_event_size)
-    feed = decoder.feed
-    async for chunk in source:
+async def adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
+                 finished: Callable[[], bool] = lambda: False) -> AsyncIterator[Any]:
+    """Async twin of :func:`drain`."""
+    async for chunk in chunks:
         try:
             events = feed(chunk)
         except SSEError as exc:
@@ -148,4 +145,24 @@ async def aiter_sse(
             raise
         for event in events:
             yield event
+        if finished():
+            return
+
+
+def iter_sse(
+    source: Iterable[Bytes], *, max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE
+) -> Iterator[ServerSentEvent]:
+    """Yields the events of an iterable of byte chunks (e.g. ``response.iter_bytes()``)."""
+    decoder = SSEDecoder(max_event_size)
+    yield from drain(decoder.feed, source)
+    decoder.close()
+
+
+async def aiter_sse(
+    source: AsyncIterable[Bytes], *, max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE
+) -> AsyncIterator[ServerSentEvent]:
+    """Yields the events of an async iterable of byte chunks (e.g. ``response.aiter_bytes()``)."""
+    decoder = SSEDecoder(max_event_size)
+    async for event in adrain(decoder.feed, source):
+        yield event
     decoder.close()

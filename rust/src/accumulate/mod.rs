@@ -57,7 +57,7 @@ mod responses;
 pub use chat::ChatAccumulator;
 pub use realtime::RealtimeAccumulator;
 pub use responses::ResponseAccumulator;
-pub(crate) use responses::is_text_delta;
+pub use responses::is_text_delta;
 
 /// What the three accumulators have in common, for code that drives any of them
 /// (the binding layer's tap, which frames bytes and adds each payload).
@@ -204,6 +204,37 @@ pub(crate) fn parse_event<'a, T: Deserialize<'a>>(
             },
         },
     ))
+}
+
+/// Reads one Responses / Realtime payload into `ev`: the fast reader, with serde as the referee.
+/// A malformed event (a read field of the wrong type, or twice) is counted here, in `events` and
+/// `unknown`, with a warning when its type is `used`; then the result is `Ok(false)`.
+pub(crate) fn read_stream_event<'a>(
+    payload: &'a [u8],
+    ev: &mut StreamEvent<'a>,
+    events: &mut u64,
+    unknown: &mut u64,
+    warnings: &mut Vec<String>,
+    used: fn(&str) -> bool,
+) -> Result<bool, AccumulateError> {
+    if fast::parse_into(payload, ev) {
+        return Ok(true);
+    }
+    match parse_event(payload, *events) {
+        Ok(parsed) => {
+            *ev = parsed;
+            Ok(true)
+        }
+        Err(Rejected::Error(e)) => Err(e),
+        Err(Rejected::Malformed(kind)) => {
+            *events += 1;
+            *unknown += 1;
+            if used(&kind) {
+                warnings.push(format!("{kind}: malformed event ignored"));
+            }
+            Ok(false)
+        }
+    }
 }
 
 /// A string field borrowed from the payload when it has no escapes.

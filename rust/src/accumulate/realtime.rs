@@ -42,9 +42,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    fast,
-    apply_part, apply_text, event_error_warning, is_done_marker, parse_event, raw_object,
-    AccumulateError, Flavor, ItemKind, ItemStore, Rejected, StreamEvent, TextSpec, TextTarget,
+    apply_part, apply_text, event_error_warning, is_done_marker, read_stream_event, raw_object,
+    AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextSpec, TextTarget,
 };
 
 const TEXT: TextSpec = TextSpec {
@@ -174,20 +173,9 @@ impl RealtimeAccumulator {
             return Ok(());
         }
         let mut ev = StreamEvent::default();
-        if !fast::parse_into(payload, &mut ev) {
-            ev = match parse_event(payload, self.events) {
-                Ok(ev) => ev,
-                Err(Rejected::Error(e)) => return Err(e),
-                Err(Rejected::Malformed(kind)) => {
-                    self.events += 1;
-                    self.unknown_events += 1;
-                    if is_used_type(&kind) {
-                        self.warnings
-                            .push(format!("{kind}: malformed event ignored"));
-                    }
-                    return Ok(());
-                }
-            };
+        let (events, unknown, warnings) = (&mut self.events, &mut self.unknown_events, &mut self.warnings);
+        if !read_stream_event(payload, &mut ev, events, unknown, warnings, is_used_type)? {
+            return Ok(());
         }
         self.events += 1;
         if !self.apply(&ev) {

@@ -52,9 +52,8 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    fast,
-    apply_part, apply_text, event_error_warning, is_done_marker, parse_event, part_mut, raw_object,
-    AccumulateError, Flavor, ItemKind, ItemStore, Rejected, StreamEvent, TextAt, TextSpec,
+    apply_part, apply_text, event_error_warning, is_done_marker, read_stream_event, part_mut, raw_object,
+    AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextSpec,
     TextTarget,
 };
 
@@ -144,7 +143,7 @@ fn text_spec(kind: &str) -> Option<(&'static TextSpec, bool)> {
 
 /// Whether events of this type are text deltas (whose fields the binding layer may read
 /// straight from a typed event: type, item id, indices, sequence number, delta).
-pub(crate) fn is_text_delta(kind: &str) -> bool {
+pub fn is_text_delta(kind: &str) -> bool {
     matches!(text_spec(kind), Some((_, false)))
 }
 
@@ -264,20 +263,9 @@ impl ResponseAccumulator {
             return Ok(());
         }
         let mut ev = StreamEvent::default();
-        if !fast::parse_into(payload, &mut ev) {
-            ev = match parse_event(payload, self.events) {
-                Ok(ev) => ev,
-                Err(Rejected::Error(e)) => return Err(e),
-                Err(Rejected::Malformed(kind)) => {
-                    self.events += 1;
-                    self.unknown_events += 1;
-                    if is_used_type(&kind) {
-                        self.warnings
-                            .push(format!("{kind}: malformed event ignored"));
-                    }
-                    return Ok(());
-                }
-            };
+        let (events, unknown, warnings) = (&mut self.events, &mut self.unknown_events, &mut self.warnings);
+        if !read_stream_event(payload, &mut ev, events, unknown, warnings, is_used_type)? {
+            return Ok(());
         }
         self.add_event(&ev);
         Ok(())
