@@ -241,7 +241,7 @@ def test_parse_reads_stdin_and_detects_the_protocol(protocol):
 @pytest.mark.parametrize("kind", ["responses", "chat", "realtime"])
 def test_protocol_detection_on_the_whole_corpus(kind):
     for path in corpus_files(kind):
-        assert cli.detect_protocol(path.read_bytes()[: cli.READ_SIZE]) == kind, path.name
+        assert rapidsse.decoding.detect_protocol(path.read_bytes()[: cli.READ_SIZE]) == kind, path.name
 
 
 def test_parse_reports_accumulator_warnings_on_stderr():

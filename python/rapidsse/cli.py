@@ -36,9 +36,9 @@ from . import chat, realtime, responses
 from ._backend import BACKEND
 from ._schema import UnknownEvent
 from .accumulate import RealtimeAccumulator, stream_chat, stream_responses
-from .decoding import InvalidEvent, decode_realtime, iter_events
+from .decoding import InvalidEvent, decode_realtime, detect_protocol, iter_events
 from .errors import DecodeError, EventTooLarge, SSEError
-from .framing import DEFAULT_MAX_EVENT_SIZE, SSEDecoder
+from .framing import DEFAULT_MAX_EVENT_SIZE
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "EXIT_OK", "build_parser", "main"]
 
@@ -243,7 +243,7 @@ def describe_realtime(response: realtime.Response, style: Style) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Recording:
+class DemoRecording:
     """A bundled recording: its file in ``rapidsse/data`` and a one-line title."""
 
     file: str
@@ -255,9 +255,9 @@ class Recording:
 
 
 DEMO = (
-    Recording("deepseek-tool-call.sse", "DeepSeek, turn 1: it reasons, then calls a tool"),
-    Recording("deepseek-tool-result.sse", "DeepSeek, turn 2: it answers with the tool's result"),
-    Recording("openai-web-search.sse", "OpenAI: it searches the web, then answers"),
+    DemoRecording("deepseek-tool-call.sse", "DeepSeek, turn 1: it reasons, then calls a tool"),
+    DemoRecording("deepseek-tool-result.sse", "DeepSeek, turn 2: it answers with the tool's result"),
+    DemoRecording("openai-web-search.sse", "OpenAI: it searches the web, then answers"),
 )
 """What ``rapidsse demo`` replays, in order (see ``rapidsse/data/README.md`` for their origin)."""
 
@@ -457,32 +457,6 @@ class _Input:
             if not chunk:
                 return
             yield chunk
-
-
-def detect_protocol(head: bytes) -> str | None:
-    """The protocol of a stream from its first bytes: ``"realtime"`` for JSON lines, else (SSE)
-    ``"responses"`` when an event is named ``response.*`` or its JSON has a string ``type``,
-    ``"chat"`` for a ``[DONE]`` or JSON with ``choices`` or a ``chat.completion*`` object.
-    None when the head tells nothing yet."""
-    if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
-        return "realtime"
-    decoder = SSEDecoder(None)
-    for event in decoder.feed(head):
-        if event.event.startswith("response."):
-            return "responses"
-        if event.data == "[DONE]":
-            return "chat"
-        try:
-            obj = json.loads(event.data)
-        except ValueError:
-            continue
-        if not isinstance(obj, dict):
-            continue
-        if "choices" in obj or str(obj.get("object") or "").startswith("chat.completion"):
-            return "chat"
-        if isinstance(obj.get("type"), str):
-            return "responses"
-    return None
 
 
 def _jsonl(chunks: Iterable[bytes], max_size: int | None) -> Iterator[tuple[int, bytes]]:

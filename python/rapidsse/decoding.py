@@ -31,6 +31,7 @@ from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, ServerSentEvent, adrain, dra
 
 __all__ = [
     "EventDecoder",
+    "detect_protocol",
     "InvalidEvent",
     "UnknownEvent",
     "aiter_events",
@@ -361,6 +362,33 @@ async def aiter_events(
     async for event in adrain(decoder.feed, _achunks(source), lambda: decoder.done):
         yield event
     decoder.close()
+
+
+def detect_protocol(head: bytes) -> str | None:
+    """The protocol of a recorded stream from its first bytes: ``"realtime"`` for JSON lines;
+    for SSE ``"responses"`` when an event is named ``response.*`` or its JSON has a string
+    ``type``, ``"chat"`` for ``[DONE]`` or JSON with ``choices`` or a ``chat.completion*`` object.
+    None when the bytes tell nothing (yet)."""
+    if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
+        return "realtime"
+    from .framing import SSEDecoder  # the live backend's
+
+    for event in SSEDecoder(None).feed(head):
+        if event.event.startswith("response."):
+            return "responses"
+        if event.data == "[DONE]":
+            return "chat"
+        try:
+            obj = msgspec.json.decode(event.data)
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if "choices" in obj or str(obj.get("object") or "").startswith("chat.completion"):
+            return "chat"
+        if isinstance(obj.get("type"), str):
+            return "responses"
+    return None
 
 
 # --- Realtime: one JSON message per WebSocket frame ------------------------------------------

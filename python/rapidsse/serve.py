@@ -49,7 +49,7 @@ import msgspec
 
 from .accumulate import ChatAccumulator, ResponseAccumulator
 from .errors import SSEError
-from .framing import iter_sse
+from .decoding import detect_protocol
 from .integrations import to_builtins
 
 __all__ = [
@@ -118,33 +118,13 @@ def split_events(body: bytes) -> list[bytes]:
     return events
 
 
-def detect_protocol(data: bytes) -> str:
-    """``"realtime"`` for JSON lines, ``"chat"`` or ``"responses"`` for an SSE body (from its first
-    JSON payload). Raises ``ValueError`` when neither fits."""
-    if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{":
-        return "realtime"
-    for event in iter_sse([data]):
-        try:
-            payload = msgspec.json.decode(event.data)
-        except msgspec.DecodeError:
-            continue  # e.g. "[DONE]"
-        if not isinstance(payload, dict):
-            continue
-        if "choices" in payload or str(payload.get("object", "")).startswith("chat.completion"):
-            return "chat"
-        if isinstance(payload.get("type"), str):
-            return "responses"
-    raise ValueError("neither a Responses nor a Chat Completions SSE body, nor Realtime JSON lines")
-
-
 def load_recording(path: str | Path) -> Recording:
     """Reads one recording, detects its protocol and precomputes its final object."""
     path = Path(path)
     data = path.read_bytes()
-    try:
-        protocol = detect_protocol(data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    protocol = detect_protocol(data)
+    if protocol is None:
+        raise ValueError(f"{path}: neither a Responses nor a Chat Completions SSE body, nor Realtime JSON lines")
     if protocol == "realtime":
         lines = [line.strip() for line in data.splitlines()]
         return Recording(path, protocol, [line for line in lines if line])
