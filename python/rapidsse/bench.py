@@ -70,7 +70,8 @@ TYPED_RESPONSES = "typed Responses (512-byte chunks)"
 TYPED_CHAT = "typed Chat (512-byte chunks)"
 LARGE_EVENT = "framing of one 32 MiB event: 4 KiB chunks vs one chunk"
 CORPUS = "corpus (all recordings, typed)"
-GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS)
+ACCUMULATE = "final Response (Responses, 512-byte chunks)"
+GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE)
 """Every group, in the order :func:`run_all` reports them."""
 
 # ---------------------------------------------------------------------------------------------------
@@ -367,6 +368,44 @@ def _sdk(protocol: Protocol, chunks: list[bytes]) -> int:
     return n
 
 
+def _tap(chunks: list[bytes]) -> int:
+    """The tap: raw bytes into a ResponseAccumulator, then the final Response."""
+    from .accumulate import ResponseAccumulator
+
+    acc = ResponseAccumulator()
+    feed = acc.feed
+    for chunk in chunks:
+        feed(chunk)
+    assert acc.response is not None
+    return acc.events
+
+
+def _typed_add(chunks: list[bytes]) -> int:
+    """Typed events from an EventDecoder, each added to a ResponseAccumulator, then the Response."""
+    from .accumulate import ResponseAccumulator
+
+    decoder, acc = EventDecoder("responses"), ResponseAccumulator()
+    feed, add = decoder.feed, acc.add
+    for chunk in chunks:
+        for event in feed(chunk):
+            add(event)
+    assert acc.response is not None
+    return acc.events
+
+
+def _sdk_final_response(chunks: list[bytes]) -> int:
+    """The openai SDK's accumulating stream: ``client.responses.stream(...)``, iterated to the
+    end, then ``get_final_response()``."""
+    client, server = _openai_client()
+    server.chunks = chunks
+    n = 0
+    with client.responses.stream(model="gpt-4.1", input="Hi") as stream:
+        for _ in stream:
+            n += 1
+        stream.get_final_response()
+    return n
+
+
 def _over_corpus(run: Callable[[Protocol, list[bytes]], int], corpus: list[tuple[Protocol, list[bytes]]]) -> int:
     return sum([run(protocol, chunks) for protocol, chunks in corpus])
 
@@ -449,7 +488,20 @@ def contenders(group: str) -> list[Contender]:
             Contender("rapidsse python", functools.partial(_over_corpus, _typed_python)),
             Contender("openai SDK", functools.partial(_over_corpus, _sdk), _SDK),
         ]
+    if group == ACCUMULATE:
+        return [
+            Contender("rapidsse rust, tap (feed bytes)", _tap, _RUST),
+            Contender("rapidsse rust, typed events only", functools.partial(_typed_rust, "responses"), _RUST),
+            Contender("rapidsse rust, typed events + add()", _typed_add, _RUST),
+            Contender("rapidsse python, tap", _tap_python),
+            Contender("openai SDK, responses.stream + get_final_response", _sdk_final_response, _SDK),
+        ]
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
+
+
+def _tap_python(chunks: list[bytes]) -> int:
+    with using("python"):
+        return _tap(chunks)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -472,7 +524,7 @@ def workload(group: str, n_events: int = 3000) -> Workload:
 
     Raises :class:`FileNotFoundError` for the corpus group when the corpus is missing.
     """
-    if group in (FRAMING, TYPED_RESPONSES):
+    if group in (FRAMING, TYPED_RESPONSES, ACCUMULATE):
         data = responses_stream(n_events)
         return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
     if group == TYPED_CHAT:
