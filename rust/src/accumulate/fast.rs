@@ -266,7 +266,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// The character of a `\uXXXX` escape (after the `u`), pairing surrogates; a lone
+    /// The character of a `\u` escape (its four hex digits follow), pairing surrogates; a lone
     /// surrogate gives `None` (serde's decision).
     fn unicode_escape(&mut self) -> Option<char> {
         let first = self.hex4()?;
