@@ -46,9 +46,18 @@ def core() -> ModuleType | None:
         return native
     if choice == "python":
         return None
-    if native is None:
-        raise ImportError("the Rust backend was asked for, but rapidsse._rapidsse is not built")
-    return native
+    return _compiled()
+
+
+def _compiled() -> ModuleType:
+    """The compiled extension, imported on demand (also when RAPIDSSE_BACKEND=python)."""
+    if native is not None:
+        return native
+    try:
+        from . import _rapidsse
+    except ImportError as exc:
+        raise ImportError(f"the Rust backend was asked for, but rapidsse._rapidsse cannot be imported ({exc})") from exc
+    return _rapidsse
 
 
 @contextlib.contextmanager
@@ -61,8 +70,8 @@ def using(choice: str) -> Iterator[None]:
     """
     if choice not in ("rust", "python"):
         raise ValueError(f"choice must be 'rust' or 'python', not {choice!r}")
-    if choice == "rust" and native is None:
-        raise ImportError("the Rust backend was asked for, but rapidsse._rapidsse is not built")
+    if choice == "rust":
+        _compiled()
     token = _override.set(choice)
     try:
         yield
