@@ -142,12 +142,26 @@ class Framer:
                 else:
                     line_offset = pos
                 pos += len(first)
+                cap = self.max_event_size
                 for k, line in enumerate(lines):
                     if k:
                         line_offset = pos
                         pos += len(line)
                     pos += 1 if seps is None else len(seps[k])
-                    self._line_ended(line, line_offset, out, build)
+                    # The two lines of nearly every event, inline (same rules as _line_ended).
+                    if line[:6] == b"data: " and (cap is None or len(line) <= cap):
+                        value = line[6:]
+                        new_len = self._data_len + 1 + len(value)
+                        if cap is not None and new_len > cap:
+                            raise self._too_large(line_offset + len(line), False)
+                        if self._block_offset is None:
+                            self._block_offset = line_offset
+                        self._data.append(value)
+                        self._data_len = new_len
+                    elif not line:
+                        self._dispatch(out, build)
+                    else:
+                        self._line_ended(line, line_offset, out, build)
             if rest:
                 if not self._line:
                     self._line_offset = pos
