@@ -1295,6 +1295,21 @@ class _Core:
             raise DecodeError(reason, index=index, event=kind if isinstance(kind, str) else "message",
                               offset=-1, raw=payload)
 
+    def _read_stream_event(self, payload: bytes, used: frozenset) -> dict | None:
+        """``read_stream_event``: the typed read fields of a Responses / Realtime payload, or None
+        for ``[DONE]`` and for a malformed event (counted here, warned about when ``used``)."""
+        if _is_done_marker(payload):
+            return None
+        try:
+            _, ev = _parse_event(payload, self._events, _typed_event)
+        except _Malformed as m:
+            self._events += 1
+            self._unknown += 1
+            if m.kind in used:
+                self._warnings.append(f"{m.kind}: malformed event ignored")
+            return None
+        return ev
+
     # Each core defines ``_add(payload: bytes)``: one payload, raising _Rejected / _Malformed.
 
 
@@ -1351,15 +1366,8 @@ class ResponseCore(_Core):
         self._last_sequence: int | None = None
 
     def _add(self, payload: bytes) -> None:
-        if _is_done_marker(payload):
-            return
-        try:
-            _, ev = _parse_event(payload, self._events, _typed_event)
-        except _Malformed as m:
-            self._events += 1
-            self._unknown += 1
-            if m.kind in _RESPONSE_USED:
-                self._warnings.append(f"{m.kind}: malformed event ignored")
+        ev = self._read_stream_event(payload, _RESPONSE_USED)
+        if ev is None:
             return
         self._events += 1
         n = ev.get("sequence_number")
@@ -1530,15 +1538,8 @@ class RealtimeCore(_Core):
         self._by_id: dict[str, int] = {}
 
     def _add(self, payload: bytes) -> None:
-        if _is_done_marker(payload):
-            return
-        try:
-            _, ev = _parse_event(payload, self._events, _typed_event)
-        except _Malformed as m:
-            self._events += 1
-            self._unknown += 1
-            if m.kind in _REALTIME_USED:
-                self._warnings.append(f"{m.kind}: malformed event ignored")
+        ev = self._read_stream_event(payload, _REALTIME_USED)
+        if ev is None:
             return
         self._events += 1
         if not self._apply(ev):

@@ -987,6 +987,18 @@ impl TextAt {
     }
 }
 
+/// The text families both the Responses and the Realtime events use.
+pub(crate) const FUNCTION_CALL_ARGUMENTS: TextSpec = TextSpec {
+    kind: ItemKind::FunctionCall,
+    target: TextTarget::Item("arguments"),
+    done_field: "arguments",
+};
+pub(crate) const MCP_CALL_ARGUMENTS: TextSpec = TextSpec {
+    kind: ItemKind::McpCall,
+    target: TextTarget::Item("arguments"),
+    done_field: "arguments",
+};
+
 /// Applies a text delta (`is_done == false`) or its `.done` twin. Returns whether the event
 /// was used (one without its text field changes nothing and counts as unknown), and for an
 /// applied delta where its text went.

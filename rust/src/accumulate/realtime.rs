@@ -42,6 +42,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
+    FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
     apply_part, apply_text, event_error_warning, is_done_marker, read_stream_event, raw_object,
     AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextSpec, TextTarget,
 };
@@ -65,16 +66,6 @@ const TRANSCRIPT: TextSpec = TextSpec {
         key: "transcript",
     },
     done_field: "transcript",
-};
-const FUNCTION_CALL_ARGUMENTS: TextSpec = TextSpec {
-    kind: ItemKind::FunctionCall,
-    target: TextTarget::Item("arguments"),
-    done_field: "arguments",
-};
-const MCP_CALL_ARGUMENTS: TextSpec = TextSpec {
-    kind: ItemKind::McpCall,
-    target: TextTarget::Item("arguments"),
-    done_field: "arguments",
 };
 
 fn text_spec(kind: &str) -> Option<(&'static TextSpec, bool)> {

@@ -52,6 +52,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
+    FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
     apply_part, apply_text, event_error_warning, is_done_marker, read_stream_event, part_mut, raw_object,
     AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextSpec,
     TextTarget,
@@ -97,20 +98,10 @@ const REASONING_SUMMARY_TEXT: TextSpec = TextSpec {
     },
     done_field: "text",
 };
-const FUNCTION_CALL_ARGUMENTS: TextSpec = TextSpec {
-    kind: ItemKind::FunctionCall,
-    target: TextTarget::Item("arguments"),
-    done_field: "arguments",
-};
 const CUSTOM_TOOL_CALL_INPUT: TextSpec = TextSpec {
     kind: ItemKind::CustomToolCall,
     target: TextTarget::Item("input"),
     done_field: "input",
-};
-const MCP_CALL_ARGUMENTS: TextSpec = TextSpec {
-    kind: ItemKind::McpCall,
-    target: TextTarget::Item("arguments"),
-    done_field: "arguments",
 };
 const CODE_INTERPRETER_CALL_CODE: TextSpec = TextSpec {
     kind: ItemKind::CodeInterpreterCall,
