@@ -513,3 +513,205 @@ def test_the_cap_applies_to_add_json(backend):
         acc = accumulator(backend, cls, cap=CAP)
         with pytest.raises(EventTooLarge):
             acc.add_json(payload)
+
+
+# --- the cap on one accumulated text --------------------------------------------------------------
+
+
+def _responses_delta(item: str, delta: str, kind: str = "response.output_text.delta") -> bytes:
+    event = {"type": kind, "item_id": item, "output_index": 0, "content_index": 0, "delta": delta}
+    return b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
+
+
+def _chat_delta(delta: dict, index: int = 0) -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": index, "delta": delta}]}
+    return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+
+
+def _realtime_delta(item: str, delta: str, kind: str = "response.output_text.delta") -> bytes:
+    return json.dumps({"type": kind, "response_id": "r", "item_id": item, "output_index": 0,
+                       "content_index": 0, "delta": delta}, ensure_ascii=False).encode()
+
+
+TEXT_CAP = 1000
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_accumulated_text_is_capped_in_the_tap(backend):
+    """A delta that would take one text past the cap is refused with EventTooLarge; the text keeps
+    what it had, the rest of the chunk (another text) still goes in, and the accumulator goes on."""
+    acc = accumulator(backend, ResponseAccumulator, cap=TEXT_CAP)
+    acc.feed(b"".join(_responses_delta("a", "x" * 100) for _ in range(9)))  # 900 bytes
+    chunk = _responses_delta("a", "é" * 50) + _responses_delta("a", "y" * 99) + _responses_delta("b", "b" * 10)
+    with pytest.raises(EventTooLarge) as info:
+        acc.feed(chunk)  # "é" * 50 is 100 bytes: 1000, at the cap, is fine; then 99 more is not
+    assert info.value.limit == TEXT_CAP
+    assert "would take an accumulated text to 1099 bytes" in str(info.value)
+    assert info.value.offset == 9 * len(_responses_delta("a", "x" * 100)) + len(_responses_delta("a", "é" * 50))
+    texts = [part.text for item in acc.response.output for part in item.content]
+    assert texts == ["x" * 900 + "é" * 50, "b" * 10]
+    assert acc.events == 12  # the refused event was read: it counts
+    acc.feed(_responses_delta("b", "c"))  # other texts still grow
+    assert acc.output_text == "x" * 900 + "é" * 50 + "b" * 10 + "c"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["response.output_text.delta", "response.function_call_arguments.delta",
+                                  "response.reasoning_summary_text.delta", "response.refusal.delta"])
+def test_every_responses_text_family_is_capped(backend, kind):
+    acc = accumulator(backend, ResponseAccumulator, cap=TEXT_CAP)
+    events = [_responses_delta("a", "z" * 300, kind) for _ in range(4)]
+    refused = 0
+    for event in events:  # one by one (the refusal comes back from the call that brought it)
+        try:
+            acc.feed(event)
+        except EventTooLarge:
+            refused += 1
+    assert refused == 1
+    snapshot = json.loads(acc._core.snapshot_json())
+    assert "z" * 900 in json.dumps(snapshot) and "z" * 901 not in json.dumps(snapshot)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_typed_add_and_add_json_are_capped(backend):
+    stream = b"".join(_responses_delta("a", "q" * 400) for _ in range(3))
+    for way in ("add", "add_json"):
+        acc = accumulator(backend, ResponseAccumulator, cap=TEXT_CAP)
+        errors = 0
+        with using(backend):
+            events = list(iter_events([stream]))
+        for event in events:
+            try:
+                if way == "add":
+                    acc.add(event)
+                else:
+                    acc.add_json(msgspec.json.encode(event))
+            except EventTooLarge as exc:
+                assert exc.limit == TEXT_CAP
+                errors += 1
+        assert errors == 1, way
+        assert acc.output_text == "q" * 800
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_text_cap_raises_whatever_on_error_says(backend):
+    for on_error in ("skip", "keep"):
+        acc = accumulator(backend, ResponseAccumulator, on_error=on_error, cap=TEXT_CAP)
+        stream = b"data: {oops\n\n" + b"".join(_responses_delta("a", "w" * 400) for _ in range(3))
+        with pytest.raises(EventTooLarge):
+            acc.feed(stream)
+        assert len(acc.invalid_events) == (1 if on_error == "keep" else 0)
+        assert acc.output_text == "w" * 800
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chat_texts_are_capped(backend):
+    acc = accumulator(backend, ChatAccumulator, cap=TEXT_CAP)
+    call = lambda args: {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": args}}]}
+    refused = 0
+    for delta in [{"content": "c" * 600}, {"content": "c" * 600}, {"reasoning_content": "r" * 600},
+                  call("{" + "a" * 599), call("a" * 600), {"content": "d" * 400}]:
+        try:
+            acc.feed(_chat_delta(delta))
+        except EventTooLarge:
+            refused += 1
+    assert refused == 2
+    message = acc.completion.choices[0].message
+    assert message.content == "c" * 600 + "d" * 400
+    assert message.reasoning_content == "r" * 600
+    assert message.tool_calls[0].function.arguments == "{" + "a" * 599
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_realtime_texts_are_capped(backend):
+    acc = accumulator(backend, RealtimeAccumulator, cap=TEXT_CAP)
+    refused = 0
+    for message in [_realtime_delta("i", "t" * 700), _realtime_delta("i", "t" * 700),
+                    _realtime_delta("j", "s" * 700, "response.output_audio_transcript.delta")]:
+        try:
+            acc.feed(message)
+        except EventTooLarge:
+            refused += 1
+    assert refused == 1
+    raw = json.loads(acc._core.snapshot_json())
+    assert "t" * 700 in json.dumps(raw) and "t" * 701 not in json.dumps(raw)
+    assert "s" * 700 in json.dumps(raw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_event_stream_hands_out_the_chunk_before_the_text_cap_error(backend):
+    stream = b"".join(_responses_delta("a", "v" * 400) for _ in range(3))
+    with using(backend):
+        s = rapidsse.stream_responses([stream], max_event_size=TEXT_CAP)
+        got = []
+        with pytest.raises(EventTooLarge):
+            for event in s:
+                got.append(event)
+    assert len(got) == 3
+    assert s.output_text == "v" * 800
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_default_text_cap_is_16_mib_and_none_lifts_it(backend):
+    mib = _responses_delta("a", "m" * (1 << 20))
+    capped = accumulator(backend, ResponseAccumulator)
+    for _ in range(16):
+        capped.feed(mib)
+    with pytest.raises(EventTooLarge) as info:
+        capped.feed(mib)
+    assert info.value.limit == 16 << 20
+    assert len(capped.output_text) == 16 << 20
+    unbounded = accumulator(backend, ResponseAccumulator, cap=None)
+    for _ in range(17):
+        unbounded.feed(mib)
+    assert len(unbounded.output_text) == 17 << 20
+
+
+@st.composite
+def capped_stream(draw):
+    """Deltas (multi-byte text included) into a few texts of each protocol, with a small cap."""
+    texts = st.text(alphabet="ab é€😀", max_size=40)
+    items = st.sampled_from(["a", "b"])
+    kinds = st.sampled_from(["response.output_text.delta", "response.function_call_arguments.delta",
+                             "response.output_text.done"])
+    steps = draw(st.lists(st.tuples(items, texts, kinds), min_size=1, max_size=30))
+    return steps
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(capped_stream(), st.integers(0, 200), st.sampled_from(["responses", "chat", "realtime"]), st.data())
+def test_text_cap_backends_agree(steps, cap, protocol, data):
+    payload_cap = cap + 400  # payloads themselves fit; only the texts meet the cap
+    if protocol == "responses":
+        messages = []
+        for item, text, kind in steps:
+            if kind.endswith(".done"):
+                event = {"type": kind, "item_id": item, "output_index": 0, "content_index": 0, "text": text}
+                messages.append(b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n")
+            else:
+                messages.append(_responses_delta(item, text, kind))
+        cls = ResponseAccumulator
+    elif protocol == "chat":
+        messages = [_chat_delta({"content": text} if kind.startswith("response.output") else
+                                {"tool_calls": [{"index": 0, "function": {"arguments": text}}]},
+                                index=0 if item == "a" else 1)
+                    for item, text, kind in steps]
+        cls = ChatAccumulator
+    else:
+        messages = [_realtime_delta(item, text, kind) for item, text, kind in steps]
+        cls = RealtimeAccumulator
+    chunks = data.draw(chunking(b"".join(messages))) if protocol != "realtime" else messages
+    # One parameter caps framing, payloads and texts: the payloads here fit under it.
+    results = []
+    for backend in BACKENDS:
+        acc = accumulator(backend, cls, on_error="keep", cap=cap + 300)
+        out = []
+        for chunk in chunks:  # the accumulator goes on after a refused delta
+            try:
+                acc.feed(chunk)
+            except EventTooLarge as exc:
+                out.append((str(exc), exc.limit, exc.offset))
+        results.append((out, acc_state(acc)))
+    assert all(r == results[0] for r in results)
+    assert not any("line without line end" in e[0] or "payload of" in e[0] for e in results[0][0])

@@ -56,7 +56,12 @@ def _core_class(name: str) -> Any:
 
 
 class _Accumulator(Generic[T]):
-    """What the three accumulators share."""
+    """What the three accumulators share.
+
+    ``on_error`` ("raise", "skip", "keep") says what becomes of a payload that cannot be read, as
+    for :func:`rapidsse.iter_events`. ``max_event_size`` (bytes, ``None``: no cap) caps one SSE
+    event, one payload and each accumulated text: a delta that would take a text past it is not
+    appended and raises :class:`EventTooLarge` (whatever ``on_error`` says)."""
 
     __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at", "add", "_max_event_size")
     _core_name = ""
@@ -91,19 +96,32 @@ class _Accumulator(Generic[T]):
                 limit=cap,
                 offset=-1,
             )
-        reason = self._core.add_json(payload)
-        if reason is not None:
-            self._rejected([(reason, self._core.events(), "message", -1, bytes(payload))])
+        before = self._core.events()
+        refused = self._core.add_json(payload)
+        if refused is not None:
+            reason, limit = refused
+            self._rejected([(reason, before, "message", -1, bytes(payload), limit)])
 
-    def _rejected(self, rejected: list[tuple[str, int, str, int, bytes]]) -> None:
-        errors = [
-            DecodeError(reason, index=index, event=event, offset=offset, raw=raw)
-            for reason, index, event, offset, raw in rejected
-        ]
+    def _rejected(self, rejected: list[tuple[str, int, str, int, bytes, Union[int, None]]]) -> None:
+        """Reports what the core refused: unreadable payloads as :class:`DecodeError` (per
+        ``on_error``), deltas past the text cap as :class:`EventTooLarge` (always raised)."""
+        errors: list[Any] = []
+        too_large: list[EventTooLarge] = []
+        for reason, index, event, offset, raw, limit in rejected:
+            if limit is None:
+                errors.append(DecodeError(reason, index=index, event=event, offset=offset, raw=raw))
+            else:
+                err = EventTooLarge(reason, limit=limit, offset=offset)
+                errors.append(err)
+                too_large.append(err)
         if self.on_error == "raise":
             raise errors[0]
         if self.on_error == "keep":
-            self.invalid_events.extend(InvalidEvent(raw=e.raw, event=e.event, error=e) for e in errors)
+            self.invalid_events.extend(
+                InvalidEvent(raw=e.raw, event=e.event, error=e) for e in errors if isinstance(e, DecodeError)
+            )
+        if too_large:
+            raise too_large[0]
 
     def _snapshot(self) -> Any:
         events = self._core.events()
@@ -145,7 +163,9 @@ class _SSEAccumulator(_Accumulator[T]):
     def feed(self, data: Bytes) -> None:
         """Raw SSE bytes (any chunking): frames them and adds every event, creating no Python
         object per event. With ``on_error="raise"`` a payload that is not a JSON object raises
-        :class:`DecodeError` after the rest of the chunk was added."""
+        :class:`DecodeError` after the rest of the chunk was added; a delta that would take one
+        text past ``max_event_size`` is not appended and raises :class:`EventTooLarge`, also
+        after the rest of the chunk was added."""
         rejected = self._core.feed(data)
         if rejected:
             self._rejected(rejected)
@@ -232,7 +252,12 @@ class EventStream(Generic[T]):
         self.accumulator: Any = acc_type(on_error="skip", max_event_size=max_event_size)
 
     def _step(self, chunk: Bytes) -> list[Any]:
-        self.accumulator.feed(chunk)
+        try:
+            self.accumulator.feed(chunk)
+        except EventTooLarge as exc:
+            # A text went past the cap: the chunk's events are still handed out first.
+            exc.events = self._decoder.feed(chunk)
+            raise
         return self._decoder.feed(chunk)
 
     def __iter__(self) -> Iterator[Any]:

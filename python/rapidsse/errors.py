@@ -22,10 +22,12 @@ class SSEError(Exception):
 
 
 class EventTooLarge(SSEError):
-    """One event's data, or one line, exceeded ``max_event_size``.
+    """One event's data, one line, one payload or one accumulated text exceeded ``max_event_size``.
 
-    ``limit`` is the cap in bytes and ``offset`` how many bytes of the stream had been read. The
-    decoder then refuses further input until ``reset()`` (or ``close()``) starts a new stream.
+    ``limit`` is the cap in bytes and ``offset`` how many bytes of the stream had been read (for an
+    accumulated text: the offset of the event whose delta was refused; -1 where there is no byte
+    stream). After a framing error the decoder refuses further input until ``reset()`` (or
+    ``close()``) starts a new stream; an accumulator that refused a delta goes on.
     """
 
     limit: int

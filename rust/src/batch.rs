@@ -49,7 +49,9 @@ impl Hasher for EndsHash {
             (word(bytes), 0)
         };
         let mixed = (head ^ tail.rotate_left(29) ^ (n as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = (self.0 ^ mixed).rotate_left(31).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        self.0 = (self.0 ^ mixed)
+            .rotate_left(31)
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
     }
 
     fn finish(&self) -> u64 {
@@ -60,7 +62,9 @@ impl Hasher for EndsHash {
 impl Router {
     /// A router for a protocol tagged on `type`, knowing these tags.
     pub fn tagged<I: IntoIterator<Item = S>, S: Into<Box<str>>>(tags: I) -> Router {
-        Router { known: Some(tags.into_iter().map(Into::into).collect()) }
+        Router {
+            known: Some(tags.into_iter().map(Into::into).collect()),
+        }
     }
 
     /// A router for an untagged protocol (one schema for every payload).
@@ -131,14 +135,26 @@ mod tests {
     #[test]
     fn routes_by_known_type() {
         let router = Router::tagged(["response.created", "error"]);
-        assert_eq!(router.route(br#"{"type":"error","code":"x"}"#, false), Route::Batch);
-        assert_eq!(router.route(br#"{"type":"response.created"}"#, false), Route::Batch);
-        assert_eq!(router.route(br#"{"type":"response.future"}"#, false), Route::Careful);
+        assert_eq!(
+            router.route(br#"{"type":"error","code":"x"}"#, false),
+            Route::Batch
+        );
+        assert_eq!(
+            router.route(br#"{"type":"response.created"}"#, false),
+            Route::Batch
+        );
+        assert_eq!(
+            router.route(br#"{"type":"response.future"}"#, false),
+            Route::Careful
+        );
         assert_eq!(router.route(br#"{"type":"errorr"}"#, false), Route::Careful);
         assert_eq!(router.route(br#"{"type":""}"#, false), Route::Careful);
         assert_eq!(router.route(br#"{"no_type":1}"#, false), Route::Careful);
         assert_eq!(router.route(b"[DONE]", false), Route::Careful);
-        assert_eq!(router.route(b"{\"type\":\n\"error\"}", true), Route::Careful);
+        assert_eq!(
+            router.route(b"{\"type\":\n\"error\"}", true),
+            Route::Careful
+        );
         let chat = Router::untagged();
         assert_eq!(chat.route(br#"{"id":"x"}"#, false), Route::Batch);
         assert_eq!(chat.route(b" \t", false), Route::Careful);

@@ -27,7 +27,10 @@ impl Retry {
         }
         let mut n: u64 = 0;
         for &b in value {
-            match n.checked_mul(10).and_then(|n| n.checked_add(u64::from(b - b'0'))) {
+            match n
+                .checked_mul(10)
+                .and_then(|n| n.checked_add(u64::from(b - b'0')))
+            {
                 Some(v) => n = v,
                 None => {
                     let digits = std::str::from_utf8(value).unwrap_or("0");
@@ -85,7 +88,11 @@ pub struct EventTooLarge {
 
 impl fmt::Display for EventTooLarge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = if self.in_line { "a line without line end" } else { "an event's data" };
+        let what = if self.in_line {
+            "a line without line end"
+        } else {
+            "an event's data"
+        };
         write!(
             f,
             "{what} exceeds max_event_size={} bytes (at byte {} of the stream, after {} events)",
@@ -458,7 +465,12 @@ mod tests {
     }
 
     fn ev(event: &str, data: &str, id: &str) -> Ev {
-        Ev { event: event.into(), data: data.into(), id: id.into(), retry: None }
+        Ev {
+            event: event.into(),
+            data: data.into(),
+            id: id.into(),
+            retry: None,
+        }
     }
 
     fn feed_chunks(framer: &mut Framer, chunks: &[&[u8]]) -> Vec<Ev> {
@@ -487,7 +499,11 @@ mod tests {
         let whole = feed_chunks(&mut Framer::new(None), &[input]);
         for size in 1..=8 {
             let chunks: Vec<&[u8]> = input.chunks(size).collect();
-            assert_eq!(feed_chunks(&mut Framer::new(None), &chunks), whole, "chunk size {size}");
+            assert_eq!(
+                feed_chunks(&mut Framer::new(None), &chunks),
+                whole,
+                "chunk size {size}"
+            );
         }
         // Also with an empty chunk between every byte.
         let mut chunks: Vec<&[u8]> = Vec::new();
@@ -495,7 +511,11 @@ mod tests {
             chunks.push(b"");
             chunks.push(b);
         }
-        assert_eq!(feed_chunks(&mut Framer::new(None), &chunks), whole, "empty chunks");
+        assert_eq!(
+            feed_chunks(&mut Framer::new(None), &chunks),
+            whole,
+            "empty chunks"
+        );
         whole
     }
 
@@ -507,11 +527,14 @@ mod tests {
 
     #[test]
     fn line_endings_cr_lf_crlf_mixed() {
-        assert_eq!(frame(b"data: a\r\n\r\ndata: b\r\rdata: c\n\r\n"), vec![
-            ev("message", "a", ""),
-            ev("message", "b", ""),
-            ev("message", "c", ""),
-        ]);
+        assert_eq!(
+            frame(b"data: a\r\n\r\ndata: b\r\rdata: c\n\r\n"),
+            vec![
+                ev("message", "a", ""),
+                ev("message", "b", ""),
+                ev("message", "c", ""),
+            ]
+        );
         // "\n\r\n" is a line end then a blank line.
         assert_eq!(frame(b"data: x\n\r\n"), vec![ev("message", "x", "")]);
     }
@@ -538,13 +561,19 @@ mod tests {
         twice.extend_from_slice(b"data: a\n\ndata: b\n\n");
         assert_eq!(frame(&twice), vec![ev("message", "b", "")]);
         // A partial BOM is ordinary bytes of the first line.
-        assert_eq!(frame(b"\xEF\xBBdata: a\n\ndata: b\n\n"), vec![ev("message", "b", "")]);
+        assert_eq!(
+            frame(b"\xEF\xBBdata: a\n\ndata: b\n\n"),
+            vec![ev("message", "b", "")]
+        );
     }
 
     #[test]
     fn comments_fields_without_colon_and_spaces() {
         assert_eq!(frame(b": ping\n\ndata\n\n"), vec![ev("message", "", "")]);
-        assert_eq!(frame(b"data:no space\n\n"), vec![ev("message", "no space", "")]);
+        assert_eq!(
+            frame(b"data:no space\n\n"),
+            vec![ev("message", "no space", "")]
+        );
         assert_eq!(frame(b"data:  two\n\n"), vec![ev("message", " two", "")]);
         assert_eq!(frame(b"data:\ttab\n\n"), vec![ev("message", "\ttab", "")]);
         assert_eq!(frame(b"Data: x\nDATA: y\n\n"), vec![]);
@@ -553,7 +582,10 @@ mod tests {
 
     #[test]
     fn multi_line_data() {
-        assert_eq!(frame(b"data: a\ndata\ndata: b\n\n"), vec![ev("message", "a\n\nb", "")]);
+        assert_eq!(
+            frame(b"data: a\ndata\ndata: b\n\n"),
+            vec![ev("message", "a\n\nb", "")]
+        );
         assert_eq!(frame(b"data:\ndata:\n\n"), vec![ev("message", "\n", "")]);
     }
 
@@ -561,16 +593,27 @@ mod tests {
     fn ids_sticky_nul_ignored_empty_resets() {
         assert_eq!(
             frame(b"id: 1\ndata: a\n\ndata: b\n\nid: 2\0x\ndata: c\n\nid\ndata: d\n\n"),
-            vec![ev("message", "a", "1"), ev("message", "b", "1"), ev("message", "c", "1"), ev(
-                "message", "d", ""
-            )]
+            vec![
+                ev("message", "a", "1"),
+                ev("message", "b", "1"),
+                ev("message", "c", "1"),
+                ev("message", "d", "")
+            ]
         );
         let mut framer = Framer::new(None);
         feed_chunks(&mut framer, &[b"id: 7\n\n"]);
-        assert_eq!(framer.last_event_id(), b"7", "an id-only block commits the id");
+        assert_eq!(
+            framer.last_event_id(),
+            b"7",
+            "an id-only block commits the id"
+        );
         feed_chunks(&mut framer, &[b"id: 8\ndata: x\n"]);
         framer.close();
-        assert_eq!(framer.last_event_id(), b"7", "an id in an unfinished event is not committed");
+        assert_eq!(
+            framer.last_event_id(),
+            b"7",
+            "an id in an unfinished event is not committed"
+        );
     }
 
     #[test]
@@ -597,28 +640,42 @@ mod tests {
 
     #[test]
     fn no_phantom_events_and_type_reset() {
-        assert_eq!(frame(b"id: 1\n\n: c\n\nevent: ping\n\ndata: x\n\n"), vec![ev("message", "x", "1")]);
+        assert_eq!(
+            frame(b"id: 1\n\n: c\n\nevent: ping\n\ndata: x\n\n"),
+            vec![ev("message", "x", "1")]
+        );
     }
 
     #[test]
     fn unfinished_event_discarded() {
         let mut framer = Framer::new(None);
-        assert_eq!(feed_chunks(&mut framer, &[b"data: a\n\ndata: b\n"]), vec![ev("message", "a", "")]);
+        assert_eq!(
+            feed_chunks(&mut framer, &[b"data: a\n\ndata: b\n"]),
+            vec![ev("message", "a", "")]
+        );
         framer.close();
-        assert_eq!(feed_chunks(&mut framer, &[b"data: c\n\n"]), vec![ev("message", "c", "")]);
+        assert_eq!(
+            feed_chunks(&mut framer, &[b"data: c\n\n"]),
+            vec![ev("message", "c", "")]
+        );
     }
 
     #[test]
     fn unicode_line_separators_are_not_line_ends() {
         let input = "data: a\u{2028}b\u{2029}c\u{85}d\x0Ce\x0Bf\n\n".as_bytes();
-        assert_eq!(frame(input), vec![ev("message", "a\u{2028}b\u{2029}c\u{85}d\x0Ce\x0Bf", "")]);
+        assert_eq!(
+            frame(input),
+            vec![ev("message", "a\u{2028}b\u{2029}c\u{85}d\x0Ce\x0Bf", "")]
+        );
     }
 
     #[test]
     fn invalid_utf8_passes_through_raw() {
         let mut framer = Framer::new(None);
         let mut data = Vec::new();
-        framer.feed(b"data: \xff\xe2\x82\n\n", |e| data = e.data.to_vec()).unwrap();
+        framer
+            .feed(b"data: \xff\xe2\x82\n\n", |e| data = e.data.to_vec())
+            .unwrap();
         assert_eq!(data, b"\xff\xe2\x82");
     }
 
@@ -627,7 +684,9 @@ mod tests {
         let mut framer = Framer::new(None);
         let mut seen = Vec::new();
         for chunk in b": hi\n\ndata: a\n\nevent: x\ndata: b\n\n".chunks(3) {
-            framer.feed(chunk, |e| seen.push((e.index, e.offset))).unwrap();
+            framer
+                .feed(chunk, |e| seen.push((e.index, e.offset)))
+                .unwrap();
         }
         assert_eq!(seen, vec![(0, 6), (1, 15)]);
     }
@@ -635,12 +694,22 @@ mod tests {
     #[test]
     fn size_cap_on_data_and_on_unterminated_line() {
         let mut framer = Framer::new(Some(12));
-        let err = framer.feed(b"data:0123456\ndata:0123456\n\n", |_| {}).unwrap_err();
-        assert!(matches!(err, FramingError::TooLarge(EventTooLarge { in_line: false, .. })));
-        assert_eq!(framer.feed(b"data: a\n\n", |_| {}), Err(FramingError::Poisoned));
+        let err = framer
+            .feed(b"data:0123456\ndata:0123456\n\n", |_| {})
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            FramingError::TooLarge(EventTooLarge { in_line: false, .. })
+        ));
+        assert_eq!(
+            framer.feed(b"data: a\n\n", |_| {}),
+            Err(FramingError::Poisoned)
+        );
         framer.reset();
         let mut n = 0;
-        framer.feed(b"data:012345\ndata:01234\n\n", |_| n += 1).unwrap();
+        framer
+            .feed(b"data:012345\ndata:01234\n\n", |_| n += 1)
+            .unwrap();
         assert_eq!(n, 1, "exactly the limit is allowed");
         // A line longer than the cap fails whatever the chunking.
         let mut framer = Framer::new(Some(10));

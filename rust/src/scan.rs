@@ -165,12 +165,18 @@ mod tests {
 
     #[test]
     fn finds_type_first_or_later() {
-        assert_eq!(type_tag(br#"{"type":"response.created","x":1}"#), TypeTag::Found("response.created"));
+        assert_eq!(
+            type_tag(br#"{"type":"response.created","x":1}"#),
+            TypeTag::Found("response.created")
+        );
         assert_eq!(
             type_tag(br#" { "a" : {"type":"inner","b":[1,{"c":"}"}]}, "n": -1.5e3, "t": true, "type" : "outer" }"#),
             TypeTag::Found("outer")
         );
-        assert_eq!(type_tag(br#"{"s":"quote \" and \\","type":"x"}"#), TypeTag::Found("x"));
+        assert_eq!(
+            type_tag(br#"{"s":"quote \" and \\","type":"x"}"#),
+            TypeTag::Found("x")
+        );
     }
 
     #[test]

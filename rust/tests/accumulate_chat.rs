@@ -391,3 +391,35 @@ fn many_small_deltas_stay_linear() {
         8 * N
     );
 }
+
+#[test]
+fn chat_texts_are_capped() {
+    let chunk = |delta: Value| {
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": delta}]})
+        .to_string()
+    };
+    let mut acc = ChatAccumulator::with_text_cap(Some(8));
+    acc.add_json(chunk(json!({"content": "abcdef"})).as_bytes())
+        .unwrap();
+    let err = acc
+        .add_json(chunk(json!({"content": "ghi"})).as_bytes())
+        .unwrap_err();
+    assert_eq!(
+        err,
+        AccumulateError::TextTooLarge {
+            event_index: 1,
+            limit: 8,
+            length: 9
+        }
+    );
+    acc.add_json(chunk(json!({"content": "gh", "reasoning_content": "r"})).as_bytes())
+        .unwrap();
+    let args = |a: &str| json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]});
+    acc.add_json(chunk(args("{\"k\":")).as_bytes()).unwrap();
+    assert!(acc.add_json(chunk(args("\"long\"}")).as_bytes()).is_err());
+    let message = &snapshot(&acc)["choices"][0]["message"];
+    assert_eq!(message["content"], "abcdefgh");
+    assert_eq!(message["reasoning_content"], "r");
+    assert_eq!(message["tool_calls"][0]["function"]["arguments"], "{\"k\":");
+}

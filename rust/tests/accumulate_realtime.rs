@@ -283,3 +283,25 @@ fn events_before_any_response_start_an_anonymous_one_and_bad_json_fails() {
     );
     assert_eq!(acc.events(), 2);
 }
+
+#[test]
+fn realtime_texts_are_capped() {
+    let delta = |text: &str| {
+        json!({"type": "response.output_audio_transcript.delta", "response_id": "r", "item_id": "i",
+               "output_index": 0, "content_index": 0, "delta": text})
+        .to_string()
+    };
+    let mut acc = RealtimeAccumulator::with_text_cap(Some(4));
+    acc.add_json(delta("abc").as_bytes()).unwrap();
+    assert!(matches!(
+        acc.add_json(delta("de").as_bytes()),
+        Err(AccumulateError::TextTooLarge {
+            event_index: 1,
+            limit: 4,
+            length: 5
+        })
+    ));
+    acc.add_json(delta("d").as_bytes()).unwrap();
+    let text = serde_json::to_string(&snapshot(&acc)).unwrap();
+    assert!(text.contains("\"abcd\""), "{text}");
+}

@@ -612,3 +612,46 @@ fn many_small_deltas_stay_linear() {
     assert_eq!(got["output"][1]["arguments"].as_str().unwrap().len(), 8 * N);
     assert_eq!(acc.events(), 2 * N as u64 + 1);
 }
+
+#[test]
+fn one_text_is_capped_and_the_refused_delta_is_not_appended() {
+    let delta = |item: &str, text: &str| {
+        json!({"type": "response.output_text.delta", "item_id": item, "output_index": 0,
+               "content_index": 0, "delta": text})
+        .to_string()
+    };
+    let mut acc = ResponseAccumulator::with_text_cap(Some(10));
+    acc.add_json(delta("a", "12345").as_bytes()).unwrap();
+    // Consecutive deltas into one text are write-combined: the cap counts what is pending too.
+    acc.add_json(delta("a", "678").as_bytes()).unwrap();
+    let err = acc.add_json(delta("a", "9é").as_bytes()).unwrap_err(); // 8 + 3 bytes
+    assert_eq!(
+        err,
+        AccumulateError::TextTooLarge {
+            event_index: 2,
+            limit: 10,
+            length: 11
+        }
+    );
+    assert!(
+        err.to_string().contains("past max_event_size=10 bytes"),
+        "{err}"
+    );
+    acc.add_json(delta("a", "90").as_bytes()).unwrap(); // exactly at the cap
+    acc.add_json(delta("b", "other").as_bytes()).unwrap(); // another text has its own budget
+    assert_eq!(acc.events(), 5); // the refused event was read and counts
+    assert_eq!(acc.output_text(), "1234567890other");
+    // Nothing pending: the check reads the text in the tree.
+    acc.snapshot_json();
+    assert!(matches!(
+        acc.add_json(delta("a", "!").as_bytes()),
+        Err(AccumulateError::TextTooLarge { length: 11, .. })
+    ));
+    let mut unbounded = ResponseAccumulator::with_text_cap(None);
+    for _ in 0..100 {
+        unbounded
+            .add_json(delta("a", "0123456789").as_bytes())
+            .unwrap();
+    }
+    assert_eq!(unbounded.output_text().len(), 1000);
+}

@@ -39,7 +39,7 @@ import msgspec
 
 from .._schema import UnknownEvent
 from ..decoding import InvalidEvent
-from ..errors import DecodeError
+from ..errors import DecodeError, EventTooLarge
 from .framing import Framer
 from .guard import Exclusive
 
@@ -52,12 +52,14 @@ __all__ = ["ResponseCore", "ChatCore", "RealtimeCore"]
 
 
 class _Buf:
-    """A string under construction (text deltas): pieces joined when read."""
+    """A string under construction (text deltas): pieces joined when read. ``size`` is its
+    length in UTF-8 bytes, kept when the core has a text cap."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "size")
 
-    def __init__(self, parts: list[str]) -> None:
+    def __init__(self, parts: list[str], size: int = 0) -> None:
         self.parts = parts
+        self.size = size
 
     def value(self) -> str:
         parts = self.parts
@@ -616,7 +618,10 @@ def _is_done_marker(payload: bytes) -> bool:
 
 
 class _Rejected(Exception):
-    """The payload is an AccumulateError (``str(exc)`` is its Display)."""
+    """The payload is an AccumulateError (``str(exc)`` is its Display); ``limit`` is set for
+    ``TextTooLarge`` (a delta refused by the text cap)."""
+
+    limit: int | None = None
 
 
 class _Malformed(Exception):
@@ -818,13 +823,57 @@ def _as_bytes(data: Any) -> bytes:
 # Shared item machinery (rust/src/accumulate/mod.rs)
 
 
-def _append_text(m: dict, key: str, delta: str) -> None:
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class _TextCap:
+    """``TextCap``: the cap on one accumulated text in UTF-8 bytes (None: none), and the first
+    refusal since the core last looked."""
+
+    __slots__ = ("limit", "refused")
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.refused: int | None = None
+
+    def admits(self, size: int, delta: str) -> bool:
+        """Whether a text of ``size`` bytes may take ``delta``; a refusal is remembered."""
+        limit = self.limit
+        if limit is None:
+            return True
+        total = size + _utf8_len(delta)
+        if total > limit:
+            if self.refused is None:
+                self.refused = total
+            return False
+        return True
+
+
+def _text_size(value: Any) -> int:
+    t = type(value)
+    if t is _Buf:
+        return value.size
+    if t is str:
+        return _utf8_len(value)
+    return 0
+
+
+def _append_text(m: dict, key: str, delta: str, cap: _TextCap) -> None:
     cur = m.get(key)
     t = type(cur)
+    if cap.limit is not None:
+        size = _text_size(cur) if t is _Buf or t is str else 0
+        if not cap.admits(size, delta):
+            return
+        size += _utf8_len(delta)
+    else:
+        size = 0
     if t is _Buf:
         cur.parts.append(delta)
+        cur.size = size
     elif t is str:
-        m[key] = _Buf([cur, delta]) if cur else delta
+        m[key] = _Buf([cur, delta], size) if cur else delta
     else:
         m[key] = delta
 
@@ -1144,7 +1193,8 @@ def _index_warning(kind: str, index: int | None) -> str:
     return f"{kind}: index {index if index is not None else 0} out of range, event ignored"
 
 
-def _apply_text(store: _ItemStore, warnings: list, ev: dict, spec: _TextSpec, is_done: bool) -> bool:
+def _apply_text(store: _ItemStore, warnings: list, cap: _TextCap, ev: dict, spec: _TextSpec,
+                is_done: bool) -> bool:
     value = _full_text(ev, spec.done_field) if is_done else ev.get("delta")
     if value is None:
         return False
@@ -1157,7 +1207,7 @@ def _apply_text(store: _ItemStore, warnings: list, ev: dict, spec: _TextSpec, is
         if is_done:
             _settle_text(item, key, value, origin, key, warnings)
         else:
-            _append_text(item, key, value)
+            _append_text(item, key, value, cap)
         return True
     array = spec.array
     index = ev.get("summary_index") if array == "summary" else ev.get("content_index")
@@ -1170,7 +1220,7 @@ def _apply_text(store: _ItemStore, warnings: list, ev: dict, spec: _TextSpec, is
     if is_done:
         _settle_text(part, key, value, origin, f"{array}[{i}].{key}", warnings)
     else:
-        _append_text(part, key, value)
+        _append_text(part, key, value, cap)
     return True
 
 
@@ -1225,7 +1275,7 @@ def _with_output(base: dict, items: list) -> dict:
 class _Core:
     """What the three cores share: framing, counts, the binding's interface."""
 
-    __slots__ = ("_framer", "_warnings", "_unknown", "_events", "_busy", "__weakref__")
+    __slots__ = ("_framer", "_warnings", "_unknown", "_events", "_busy", "_cap", "__weakref__")
 
     def __init__(self, max_event_size: int | None = 16 * 1024 * 1024) -> None:
         if max_event_size is not None:
@@ -1234,6 +1284,7 @@ class _Core:
             if max_event_size < 0:
                 raise OverflowError("can't convert negative int to unsigned")
         self._framer = Framer(max_event_size)
+        self._cap = _TextCap(max_event_size)
         self._warnings: list[str] = []
         self._unknown = 0
         self._events = 0
@@ -1246,24 +1297,37 @@ class _Core:
     def _feed(self, data: Any) -> list[tuple] | None:
         data = _as_bytes(data)
         rejected: list[tuple] = []
-        add = self._add
+        add = self._add_capped
 
         def build(event: str, payload: bytes, _id: str, _retry: Any, index: int, offset: int) -> None:
             try:
                 add(payload)
             except _Rejected as e:
-                rejected.append((str(e), index, event, offset, payload))
+                rejected.append((str(e), index, event, offset, payload, e.limit))
 
         self._framer.feed(data, [], build)
         return rejected or None
 
-    def add_json(self, payload: Any) -> str | None:
+    def add_json(self, payload: Any) -> tuple[str, int | None] | None:
         with self._busy:
             try:
-                self._add(_as_bytes(payload))
+                self._add_capped(_as_bytes(payload))
             except _Rejected as e:
-                return str(e)
+                return str(e), e.limit
         return None
+
+    def _add_capped(self, payload: bytes) -> None:
+        """``_add``, then ``TextCap::check``: a delta the cap refused is reported here."""
+        self._add(payload)
+        cap = self._cap
+        if cap.refused is not None:
+            length, cap.refused = cap.refused, None
+            e = _Rejected(
+                f"event {self._events - 1} would take an accumulated text to {length} bytes, past "
+                f"max_event_size={cap.limit} bytes: its delta was not appended"
+            )
+            e.limit = cap.limit
+            raise e
 
     def close(self) -> None:
         self._framer.close()
@@ -1289,8 +1353,11 @@ class _Core:
         else:
             raise TypeError(f"add() takes a rapidsse event, not {type(event).__name__}")
         index = self._events
-        reason = self.add_json(payload)
-        if reason is not None:
+        refused = self.add_json(payload)
+        if refused is not None:
+            reason, limit = refused
+            if limit is not None:
+                raise EventTooLarge(reason, limit=limit, offset=-1)
             kind = getattr(event, "type", "message")
             raise DecodeError(reason, index=index, event=kind if isinstance(kind, str) else "message",
                               offset=-1, raw=payload)
@@ -1385,7 +1452,7 @@ class ResponseCore(_Core):
         kind = ev.get("type") or ""
         text = _RESPONSE_TEXT.get(kind)
         if text is not None:
-            used = _apply_text(self._items, self._warnings, ev, text[0], text[1])
+            used = _apply_text(self._items, self._warnings, self._cap, ev, text[0], text[1])
             self._implied |= used
             return used
         if kind in _LIFECYCLE_OPEN:
@@ -1551,7 +1618,7 @@ class RealtimeCore(_Core):
         if text is not None:
             spec = text[0]
             response = self._responses[self._response_for(ev)]
-            used = _apply_text(response.items, self._warnings, ev, spec, text[1])
+            used = _apply_text(response.items, self._warnings, self._cap, ev, spec, text[1])
             if used and spec.kind == _FUNCTION_CALL:
                 p = response.items.resolve(ev.get("item_id"), ev.get("output_index"), _FUNCTION_CALL)
                 item = response.items.items[p]
@@ -1642,20 +1709,21 @@ def _has_indexed_entries(value: Any) -> bool:
     return isinstance(value, list) and any(isinstance(e, dict) and "index" in e for e in value)
 
 
-def _merge_string(message: dict, key: str, delta: str) -> None:
+def _merge_string(message: dict, key: str, delta: str, cap: _TextCap) -> None:
     current = message.get(key)
     if current is None:
-        message[key] = delta
+        if cap.admits(0, delta):
+            message[key] = delta
     elif isinstance(current, _STR_TYPES):
         if key in _REPLACED_KEYS:
             message[key] = delta
         else:
-            _append_text(message, key, delta)
+            _append_text(message, key, delta, cap)
     elif key in _REPLACED_KEYS:
         message[key] = delta
 
 
-def _merge_content_parts(message: dict, raw: Any) -> None:
+def _merge_content_parts(message: dict, raw: Any, cap: _TextCap) -> None:
     parts = _strict(raw)
     if parts is _FAIL:
         return
@@ -1666,20 +1734,20 @@ def _merge_content_parts(message: dict, raw: Any) -> None:
         if kind == "text" and type(kind) is str:
             text = part.get("text")
             if type(text) is str:
-                _merge_string(message, "content", text)
+                _merge_string(message, "content", text, cap)
         elif kind == "thinking" and type(kind) is str:
             thinking = part.get("thinking")
             if type(thinking) is str:
-                _merge_string(message, "reasoning_content", thinking)
+                _merge_string(message, "reasoning_content", thinking, cap)
             elif isinstance(thinking, list):
                 for p in thinking:
                     if isinstance(p, dict) and p.get("type") == "text" and type(p.get("type")) is str:
                         text = p.get("text")
                         if type(text) is str:
-                            _merge_string(message, "reasoning_content", text)
+                            _merge_string(message, "reasoning_content", text, cap)
 
 
-def _merge_delta(message: dict, delta: Any, warnings: list) -> None:
+def _merge_delta(message: dict, delta: Any, warnings: list, cap: _TextCap) -> None:
     if not isinstance(delta, dict):
         return
     entries = list(_entries(delta))
@@ -1688,15 +1756,15 @@ def _merge_delta(message: dict, delta: Any, warnings: list) -> None:
             return
     for key, raw in entries:
         if key == "content" and isinstance(raw, list):
-            _merge_content_parts(message, raw)
+            _merge_content_parts(message, raw, cap)
         elif type(raw) is str:
-            _merge_string(message, key, raw)
+            _merge_string(message, key, raw, cap)
         elif type(raw) is _BadStr:
             continue
         else:
             value = _strict(raw)
             if value is not _FAIL:
-                _accumulate_entry(message, key, value, warnings)
+                _accumulate_entry(message, key, value, warnings, cap)
 
 
 def _is_number(v: Any) -> bool:
@@ -1716,7 +1784,7 @@ def _add_numbers(a: Any, b: Any) -> Any:
     return s
 
 
-def _accumulate_entry(acc: dict, key: str, delta: Any, warnings: list) -> None:
+def _accumulate_entry(acc: dict, key: str, delta: Any, warnings: list, cap: _TextCap) -> None:
     current = acc.get(key)
     if current is None:
         if not _has_indexed_entries(delta):
@@ -1730,7 +1798,7 @@ def _accumulate_entry(acc: dict, key: str, delta: Any, warnings: list) -> None:
         return
     if isinstance(current, _STR_TYPES):
         if type(delta) is str:
-            _append_text(acc, key, delta)
+            _append_text(acc, key, delta, cap)
     elif _is_number(current):
         if _is_number(delta):
             total = _add_numbers(current, delta)
@@ -1739,10 +1807,10 @@ def _accumulate_entry(acc: dict, key: str, delta: Any, warnings: list) -> None:
     elif isinstance(current, dict):
         if isinstance(delta, dict):
             for k, v in delta.items():
-                _accumulate_entry(current, k, v, warnings)
+                _accumulate_entry(current, k, v, warnings, cap)
     elif isinstance(current, list):
         if isinstance(delta, list):
-            _merge_list(current, delta, warnings)
+            _merge_list(current, delta, warnings, cap)
 
 
 def _index_is(v: Any, index: int) -> bool:
@@ -1752,7 +1820,7 @@ def _index_is(v: Any, index: int) -> bool:
     return type(i) is int and i >= 0 and i == index
 
 
-def _merge_list(acc: list, delta: list, warnings: list) -> None:
+def _merge_list(acc: list, delta: list, warnings: list, cap: _TextCap) -> None:
     scalars = all(type(v) in (str, int, float, bool) for v in acc)
     if scalars and (acc or not any(isinstance(e, dict) and "index" in e for e in delta)):
         acc.extend(delta)
@@ -1781,7 +1849,7 @@ def _merge_list(acc: list, delta: list, warnings: list) -> None:
         existing = acc[target] if target is not None else None
         if isinstance(existing, dict):
             for k, v in entry.items():
-                _accumulate_entry(existing, k, v, warnings)
+                _accumulate_entry(existing, k, v, warnings, cap)
         else:
             acc.append(entry)
 
@@ -1874,7 +1942,7 @@ class ChatCore(_Core):
                         choice[key] = v
             message = {"role": "assistant", "content": None, "refusal": None}
             if delta is not _ABSENT:
-                _merge_delta(message, delta, self._warnings)
+                _merge_delta(message, delta, self._warnings, self._cap)
             choice["message"] = message
             choices.append(choice)
             return
@@ -1882,7 +1950,7 @@ class ChatCore(_Core):
         if delta is not _ABSENT:
             message = choice.get("message")
             if isinstance(message, dict):
-                _merge_delta(message, delta, self._warnings)
+                _merge_delta(message, delta, self._warnings, self._cap)
         if finish_reason is not None and not (type(finish_reason) is str and finish_reason == ""):
             choice["finish_reason"] = finish_reason
         if isinstance(logprobs, dict):

@@ -52,7 +52,7 @@ use serde_json::{Map, Number, Value};
 
 use super::{
     error_warning, is_done_marker, parse_event, raw_object, AccumulateError, RawEntries, Rejected,
-    Str,
+    Str, TextCap, DEFAULT_TEXT_CAP,
 };
 
 /// The chunk fields read on every chunk; the first chunk is also parsed whole.
@@ -76,7 +76,7 @@ struct Chunk<'a> {
 const REPLACED_KEYS: [&str; 4] = ["index", "type", "role", "id"];
 
 /// Builds a `ChatCompletion` from its stream chunks. See the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ChatAccumulator {
     /// The top level from the first chunk; its `choices` value is a placeholder.
     completion: Option<Map<String, Value>>,
@@ -84,11 +84,33 @@ pub struct ChatAccumulator {
     warnings: Vec<String>,
     unknown_events: u64,
     events: u64,
+    cap: TextCap,
+}
+
+impl Default for ChatAccumulator {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl ChatAccumulator {
+    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
+    }
+
+    /// An accumulator whose texts (content, refusal, reasoning, tool call arguments, any
+    /// string merged from deltas) are capped at `limit` bytes each (`None`: no cap); see
+    /// [`AccumulateError::TextTooLarge`].
+    pub fn with_text_cap(limit: Option<usize>) -> Self {
+        ChatAccumulator {
+            completion: None,
+            choices: Vec::new(),
+            warnings: Vec::new(),
+            unknown_events: 0,
+            events: 0,
+            cap: TextCap::new(limit),
+        }
     }
 
     /// One chunk's JSON payload (the SSE `data`); `[DONE]` is ignored.
@@ -141,7 +163,7 @@ impl ChatAccumulator {
         for choice in chunk.choices.unwrap_or_default() {
             self.add_choice(choice);
         }
-        Ok(())
+        self.cap.check(self.events - 1)
     }
 
     fn add_choice(&mut self, entries: RawEntries<'_>) {
@@ -184,7 +206,7 @@ impl ChatAccumulator {
             message.insert("content".to_owned(), Value::Null);
             message.insert("refusal".to_owned(), Value::Null);
             if let Some(delta) = delta {
-                merge_delta(&mut message, delta, &mut self.warnings);
+                merge_delta(&mut message, delta, &mut self.warnings, &mut self.cap);
             }
             choice.insert("message".to_owned(), Value::Object(message));
             self.choices.push(choice);
@@ -193,7 +215,7 @@ impl ChatAccumulator {
         let choice = &mut self.choices[position];
         if let Some(delta) = delta {
             if let Some(Value::Object(message)) = choice.get_mut("message") {
-                merge_delta(message, delta, &mut self.warnings);
+                merge_delta(message, delta, &mut self.warnings, &mut self.cap);
             }
         }
         if let Some(reason) = finish_reason.filter(|r| !r.is_null() && r.as_str() != Some("")) {
@@ -285,34 +307,46 @@ fn first_top_level(payload: &[u8]) -> Map<String, Value> {
 }
 
 /// Merges one `delta` object into the message (see the module docs).
-fn merge_delta(message: &mut Map<String, Value>, delta: &RawValue, warnings: &mut Vec<String>) {
+fn merge_delta(
+    message: &mut Map<String, Value>,
+    delta: &RawValue,
+    warnings: &mut Vec<String>,
+    cap: &mut TextCap,
+) {
     let Ok(entries) = serde_json::from_str::<RawEntries<'_>>(delta.get()) else {
         return;
     };
     for (key, raw) in entries.0 {
         let text = raw.get();
         if key == "content" && text.starts_with('[') {
-            merge_content_parts(message, text);
+            merge_content_parts(message, text, cap);
         } else if text.starts_with('"') {
             if let Ok(s) = serde_json::from_str::<Str<'_>>(text) {
-                merge_string(message, &key, s.0);
+                merge_string(message, &key, s.0, cap);
             }
         } else if let Ok(value) = serde_json::from_str::<Value>(text) {
-            accumulate_entry(message, &key, value, warnings);
+            accumulate_entry(message, &key, value, warnings, cap);
         }
     }
 }
 
 /// The string fast path of [`accumulate_entry`]: no `Value` is built for the delta.
-fn merge_string(message: &mut Map<String, Value>, key: &str, delta: Cow<'_, str>) {
+fn merge_string(
+    message: &mut Map<String, Value>,
+    key: &str,
+    delta: Cow<'_, str>,
+    cap: &mut TextCap,
+) {
     match message.get_mut(key) {
         None | Some(Value::Null) => {
-            message.insert(key.to_owned(), Value::String(delta.into_owned()));
+            if cap.admits(0, delta.len()) {
+                message.insert(key.to_owned(), Value::String(delta.into_owned()));
+            }
         }
         Some(Value::String(acc)) => {
             if REPLACED_KEYS.contains(&key) {
                 *acc = delta.into_owned();
-            } else {
+            } else if cap.admits(acc.len(), delta.len()) {
                 acc.push_str(&delta);
             }
         }
@@ -325,7 +359,7 @@ fn merge_string(message: &mut Map<String, Value>, key: &str, delta: Cow<'_, str>
 }
 
 /// Mistral's typed content parts: `text` parts into `content`, `thinking` into `reasoning_content`.
-fn merge_content_parts(message: &mut Map<String, Value>, parts: &str) {
+fn merge_content_parts(message: &mut Map<String, Value>, parts: &str, cap: &mut TextCap) {
     let Ok(parts) = serde_json::from_str::<Vec<Value>>(parts) else {
         return;
     };
@@ -333,18 +367,23 @@ fn merge_content_parts(message: &mut Map<String, Value>, parts: &str) {
         match part.get("type").and_then(Value::as_str) {
             Some("text") => {
                 if let Some(text) = part.get("text").and_then(Value::as_str) {
-                    merge_string(message, "content", Cow::Borrowed(text));
+                    merge_string(message, "content", Cow::Borrowed(text), cap);
                 }
             }
             Some("thinking") => match part.get("thinking") {
                 Some(Value::String(text)) => {
-                    merge_string(message, "reasoning_content", Cow::Borrowed(text))
+                    merge_string(message, "reasoning_content", Cow::Borrowed(text), cap)
                 }
                 Some(Value::Array(inner)) => {
                     for p in inner {
                         if p.get("type").and_then(Value::as_str) == Some("text") {
                             if let Some(text) = p.get("text").and_then(Value::as_str) {
-                                merge_string(message, "reasoning_content", Cow::Borrowed(text));
+                                merge_string(
+                                    message,
+                                    "reasoning_content",
+                                    Cow::Borrowed(text),
+                                    cap,
+                                );
                             }
                         }
                     }
@@ -369,6 +408,7 @@ fn accumulate_entry(
     key: &str,
     delta: Value,
     warnings: &mut Vec<String>,
+    cap: &mut TextCap,
 ) {
     match acc.get(key) {
         None | Some(Value::Null) => {
@@ -390,7 +430,11 @@ fn accumulate_entry(
         return;
     };
     match (current, delta) {
-        (Value::String(a), Value::String(b)) => a.push_str(&b),
+        (Value::String(a), Value::String(b)) => {
+            if cap.admits(a.len(), b.len()) {
+                a.push_str(&b)
+            }
+        }
         (Value::Number(a), Value::Number(b)) => {
             if let Some(sum) = add_numbers(a, &b) {
                 *a = sum;
@@ -398,10 +442,10 @@ fn accumulate_entry(
         }
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {
-                accumulate_entry(a, &k, v, warnings);
+                accumulate_entry(a, &k, v, warnings, cap);
             }
         }
-        (Value::Array(a), Value::Array(b)) => merge_list(a, b, warnings),
+        (Value::Array(a), Value::Array(b)) => merge_list(a, b, warnings, cap),
         _ => {}
     }
 }
@@ -420,7 +464,12 @@ fn add_numbers(a: &Number, b: &Number) -> Option<Number> {
     Number::from_f64(a.as_f64()? + b.as_f64()?)
 }
 
-fn merge_list(acc: &mut Vec<Value>, delta: Vec<Value>, warnings: &mut Vec<String>) {
+fn merge_list(
+    acc: &mut Vec<Value>,
+    delta: Vec<Value>,
+    warnings: &mut Vec<String>,
+    cap: &mut TextCap,
+) {
     let scalars = acc
         .iter()
         .all(|v| matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_)));
@@ -454,7 +503,7 @@ fn merge_list(acc: &mut Vec<Value>, delta: Vec<Value>, warnings: &mut Vec<String
         match target.map(|p| &mut acc[p]) {
             Some(Value::Object(existing)) => {
                 for (k, v) in entry {
-                    accumulate_entry(existing, &k, v, warnings);
+                    accumulate_entry(existing, &k, v, warnings, cap);
                 }
             }
             _ => acc.push(Value::Object(entry)),

@@ -31,7 +31,11 @@ fn parse_checked<'a>(payload: &'a [u8], ev: &mut StreamEvent<'a>) -> Option<()> 
         return None;
     }
     let text = std::str::from_utf8(payload).ok()?;
-    let mut r = Reader { buf: text.as_bytes(), text, pos: 0 };
+    let mut r = Reader {
+        buf: text.as_bytes(),
+        text,
+        pos: 0,
+    };
     r.event(ev)?;
     r.skip_spaces();
     (r.pos == r.buf.len()).then_some(())
@@ -68,7 +72,10 @@ fn quote_or_backslash(buf: &[u8], from: usize) -> Option<usize> {
         }
         i += 8;
     }
-    buf[i..].iter().position(|&c| c == b'"' || c == b'\\').map(|p| i + p)
+    buf[i..]
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\')
+        .map(|p| i + p)
 }
 
 fn field(key: &[u8]) -> Field {
@@ -479,7 +486,9 @@ mod tests {
 
     /// What serde makes of the payload (the reference), as comparable text.
     fn reference(payload: &[u8]) -> Option<String> {
-        serde_json::from_slice::<StreamEvent<'_>>(payload).ok().map(|ev| format!("{ev:?}"))
+        serde_json::from_slice::<StreamEvent<'_>>(payload)
+            .ok()
+            .map(|ev| format!("{ev:?}"))
     }
 
     fn check(payload: &[u8]) -> bool {
@@ -499,7 +508,11 @@ mod tests {
     #[test]
     fn an_escape_ending_the_payload_is_refused_not_a_panic() {
         // Found by fuzz/fuzz_targets/accumulate.rs: the unescaping loop indexed past the end.
-        for payload in [&br#"{"type":"x\n"#[..], br#"{"type":"a","delta":"b\u00e9"#, br#"{"delta":"\""#] {
+        for payload in [
+            &br#"{"type":"x\n"#[..],
+            br#"{"type":"a","delta":"b\u00e9"#,
+            br#"{"delta":"\""#,
+        ] {
             assert!(!check(payload));
         }
     }
@@ -551,10 +564,36 @@ mod tests {
     #[test]
     fn differential_against_serde() {
         let pieces: &[&[u8]] = &[
-            b"{", b"}", b"[", b"]", b",", b":", b" ", b"\"type\"", b"\"delta\"", b"\"item_id\"",
-            b"\"output_index\"", b"\"item\"", b"\"x\"", b"\"a\\\"b\"", b"\"\\n\"", b"\"\\u00e9\"",
-            b"0", b"12", b"-3", b"1.5", b"2e9", b"01", b"null", b"true", b"false", b"\"\xc3\xa9\"",
-            b"\"response.output_text.delta\"", b"18446744073709551616", b"\"", b"\\",
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b",",
+            b":",
+            b" ",
+            b"\"type\"",
+            b"\"delta\"",
+            b"\"item_id\"",
+            b"\"output_index\"",
+            b"\"item\"",
+            b"\"x\"",
+            b"\"a\\\"b\"",
+            b"\"\\n\"",
+            b"\"\\u00e9\"",
+            b"0",
+            b"12",
+            b"-3",
+            b"1.5",
+            b"2e9",
+            b"01",
+            b"null",
+            b"true",
+            b"false",
+            b"\"\xc3\xa9\"",
+            b"\"response.output_text.delta\"",
+            b"18446744073709551616",
+            b"\"",
+            b"\\",
         ];
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
@@ -578,8 +617,25 @@ mod tests {
             }
         }
         // Structured ones: valid objects with random read fields, so many are answered.
-        let keys = ["type", "delta", "item_id", "output_index", "sequence_number", "item", "z"];
-        let values = ["\"s\"", "null", "3", "{\"k\":[1,2]}", "\"e\\\"\"", "[]", "-1", "1e2"];
+        let keys = [
+            "type",
+            "delta",
+            "item_id",
+            "output_index",
+            "sequence_number",
+            "item",
+            "z",
+        ];
+        let values = [
+            "\"s\"",
+            "null",
+            "3",
+            "{\"k\":[1,2]}",
+            "\"e\\\"\"",
+            "[]",
+            "-1",
+            "1e2",
+        ];
         for _ in 0..50_000 {
             let n = (next() % 5) as usize;
             let fields: Vec<String> = (0..n)
@@ -593,6 +649,9 @@ mod tests {
                 answered += 1;
             }
         }
-        assert!(answered > 10_000, "the fast reader should answer most valid events ({answered})");
+        assert!(
+            answered > 10_000,
+            "the fast reader should answer most valid events ({answered})"
+        );
     }
 }

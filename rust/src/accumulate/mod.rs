@@ -56,8 +56,8 @@ mod responses;
 
 pub use chat::ChatAccumulator;
 pub use realtime::RealtimeAccumulator;
-pub use responses::ResponseAccumulator;
 pub use responses::is_text_delta;
+pub use responses::ResponseAccumulator;
 
 /// What the three accumulators have in common, for code that drives any of them
 /// (the binding layer's tap, which frames bytes and adds each payload).
@@ -95,6 +95,9 @@ macro_rules! impl_accumulate {
 
 impl_accumulate!(ResponseAccumulator, ChatAccumulator, RealtimeAccumulator);
 
+/// The default cap on one accumulated text (and on one event, in the bindings): 16 MiB.
+pub const DEFAULT_TEXT_CAP: usize = 16 * 1024 * 1024;
+
 /// How many bytes of a bad payload an error message quotes.
 const EXCERPT_BYTES: usize = 80;
 
@@ -111,6 +114,14 @@ pub enum AccumulateError {
     },
     /// Valid JSON, but not an object.
     NotAnObject { event_index: u64, excerpt: String },
+    /// A delta would have taken one accumulated text past the cap (`max_event_size`): its
+    /// text was not appended. Unlike the other two, the event was read and counts in
+    /// `events()`, and whatever else it did (an item or part it created) stands.
+    TextTooLarge {
+        event_index: u64,
+        limit: usize,
+        length: usize,
+    },
 }
 
 impl fmt::Display for AccumulateError {
@@ -123,6 +134,11 @@ impl fmt::Display for AccumulateError {
             AccumulateError::NotAnObject { event_index, excerpt } => {
                 write!(f, "event {event_index} is not a JSON object: {excerpt:?}")
             }
+            AccumulateError::TextTooLarge { event_index, limit, length } => write!(
+                f,
+                "event {event_index} would take an accumulated text to {length} bytes, past \
+                 max_event_size={limit} bytes: its delta was not appended"
+            ),
         }
     }
 }
@@ -158,7 +174,12 @@ pub(crate) fn parse_event<'a, T: Deserialize<'a>>(
         // serde_json only checks the strings it decodes; a payload must be text throughout.
         let at = e.valid_up_to();
         let line = 1 + payload[..at].iter().filter(|&&b| b == b'\n').count();
-        let column = at - payload[..at].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1) + 1;
+        let column = at
+            - payload[..at]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1)
+            + 1;
         return Err(Rejected::Error(AccumulateError::InvalidJson {
             message: format!("invalid UTF-8 at line {line} column {column}"),
             event_index,
@@ -296,12 +317,60 @@ pub(crate) fn event_error_warning(ev: &StreamEvent<'_>) -> String {
     error_warning(nested.or_else(flat).as_ref())
 }
 
-/// Appends `delta` to the string at `map[key]`, creating it (or replacing a non-string) first.
-pub(crate) fn append_text(map: &mut Map<String, Value>, key: &str, delta: &str) {
+/// The cap on one accumulated text, in UTF-8 bytes (`None`: no cap), and the first refusal
+/// since the accumulator last looked.
+#[derive(Debug, Default)]
+pub(crate) struct TextCap {
+    pub limit: Option<usize>,
+    refused: Option<usize>,
+}
+
+impl TextCap {
+    pub fn new(limit: Option<usize>) -> TextCap {
+        TextCap {
+            limit,
+            refused: None,
+        }
+    }
+
+    /// Whether a text of `len` bytes may grow by `add` bytes; a refusal is remembered.
+    #[inline]
+    pub fn admits(&mut self, len: usize, add: usize) -> bool {
+        match self.limit {
+            Some(limit) if len.saturating_add(add) > limit => {
+                self.refused.get_or_insert(len.saturating_add(add));
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// The error for the event just applied, if it had a delta refused.
+    pub fn check(&mut self, event_index: u64) -> Result<(), AccumulateError> {
+        match (self.refused.take(), self.limit) {
+            (Some(length), Some(limit)) => Err(AccumulateError::TextTooLarge {
+                event_index,
+                limit,
+                length,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Appends `delta` to the string at `map[key]`, creating it (or replacing a non-string) first,
+/// unless that would take the text past the cap.
+pub(crate) fn append_text(map: &mut Map<String, Value>, key: &str, delta: &str, cap: &mut TextCap) {
     match map.get_mut(key) {
-        Some(Value::String(text)) => text.push_str(delta),
+        Some(Value::String(text)) => {
+            if cap.admits(text.len(), delta.len()) {
+                text.push_str(delta)
+            }
+        }
         _ => {
-            map.insert(key.to_owned(), Value::String(delta.to_owned()));
+            if cap.admits(0, delta.len()) {
+                map.insert(key.to_owned(), Value::String(delta.to_owned()));
+            }
         }
     }
 }
@@ -970,20 +1039,34 @@ pub(crate) struct TextAt {
 }
 
 impl TextAt {
-    /// Appends to the string this location names (it exists: a delta put it there).
-    pub fn append(&self, store: &mut ItemStore, text: &str) {
+    fn target<'s>(&self, store: &'s mut ItemStore) -> Option<&'s mut Map<String, Value>> {
         let item = store.get_mut(self.position);
-        let target = match self.part {
-            None => item,
+        match self.part {
+            None => Some(item),
             Some((array, index)) => match item.get_mut(array) {
                 Some(Value::Array(parts)) => match parts.get_mut(index) {
-                    Some(Value::Object(part)) => part,
-                    _ => return,
+                    Some(Value::Object(part)) => Some(part),
+                    _ => None,
                 },
-                _ => return,
+                _ => None,
             },
-        };
-        append_text(target, self.key, text);
+        }
+    }
+
+    /// Appends to the string this location names (a delta put it there), the cap already
+    /// checked by the caller.
+    pub fn append(&self, store: &mut ItemStore, text: &str) {
+        if let Some(target) = self.target(store) {
+            append_text(target, self.key, text, &mut TextCap::new(None));
+        }
+    }
+
+    /// The length in bytes of the text there (0 when there is none).
+    pub fn len(&self, store: &mut ItemStore) -> usize {
+        self.target(store)
+            .and_then(|t| t.get(self.key))
+            .and_then(Value::as_str)
+            .map_or(0, str::len)
     }
 }
 
@@ -1005,6 +1088,7 @@ pub(crate) const MCP_CALL_ARGUMENTS: TextSpec = TextSpec {
 pub(crate) fn apply_text(
     store: &mut ItemStore,
     warnings: &mut Vec<String>,
+    cap: &mut TextCap,
     ev: &StreamEvent<'_>,
     spec: &TextSpec,
     is_done: bool,
@@ -1033,8 +1117,15 @@ pub(crate) fn apply_text(
             if is_done {
                 settle_text(item, key, &value, &origin, key, warnings);
             } else {
-                append_text(item, key, &value);
-                return (true, Some(TextAt { position: p, part: None, key }));
+                append_text(item, key, &value, cap);
+                return (
+                    true,
+                    Some(TextAt {
+                        position: p,
+                        part: None,
+                        key,
+                    }),
+                );
             }
         }
         TextTarget::Part {
@@ -1064,8 +1155,15 @@ pub(crate) fn apply_text(
                     warnings,
                 );
             } else {
-                append_text(part, key, &value);
-                return (true, Some(TextAt { position: p, part: Some((array, i)), key }));
+                append_text(part, key, &value, cap);
+                return (
+                    true,
+                    Some(TextAt {
+                        position: p,
+                        part: Some((array, i)),
+                        key,
+                    }),
+                );
             }
         }
     }

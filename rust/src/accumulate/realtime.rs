@@ -42,9 +42,9 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
-    apply_part, apply_text, event_error_warning, is_done_marker, read_stream_event, raw_object,
-    AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextSpec, TextTarget,
+    apply_part, apply_text, event_error_warning, is_done_marker, raw_object, read_stream_event,
+    AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextCap, TextSpec, TextTarget,
+    DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const TEXT: TextSpec = TextSpec {
@@ -144,18 +144,39 @@ impl Serialize for RealtimeResponse {
 }
 
 /// Builds the responses of a Realtime session from its server events. See the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RealtimeAccumulator {
     responses: Vec<RealtimeResponse>,
     by_id: HashMap<String, usize>,
     warnings: Vec<String>,
     unknown_events: u64,
     events: u64,
+    cap: TextCap,
+}
+
+impl Default for RealtimeAccumulator {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl RealtimeAccumulator {
+    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
+    }
+
+    /// An accumulator whose texts are capped at `limit` bytes each (`None`: no cap); see
+    /// [`AccumulateError::TextTooLarge`].
+    pub fn with_text_cap(limit: Option<usize>) -> Self {
+        RealtimeAccumulator {
+            responses: Vec::new(),
+            by_id: HashMap::new(),
+            warnings: Vec::new(),
+            unknown_events: 0,
+            events: 0,
+            cap: TextCap::new(limit),
+        }
     }
 
     /// One server event's JSON.
@@ -164,7 +185,11 @@ impl RealtimeAccumulator {
             return Ok(());
         }
         let mut ev = StreamEvent::default();
-        let (events, unknown, warnings) = (&mut self.events, &mut self.unknown_events, &mut self.warnings);
+        let (events, unknown, warnings) = (
+            &mut self.events,
+            &mut self.unknown_events,
+            &mut self.warnings,
+        );
         if !read_stream_event(payload, &mut ev, events, unknown, warnings, is_used_type)? {
             return Ok(());
         }
@@ -172,7 +197,7 @@ impl RealtimeAccumulator {
         if !self.apply(&ev) {
             self.unknown_events += 1;
         }
-        Ok(())
+        self.cap.check(self.events - 1)
     }
 
     fn apply(&mut self, ev: &StreamEvent<'_>) -> bool {
@@ -180,7 +205,14 @@ impl RealtimeAccumulator {
         if let Some((spec, is_done)) = text_spec(kind) {
             let r = self.response_for(ev);
             let response = &mut self.responses[r];
-            let (used, _) = apply_text(&mut response.items, &mut self.warnings, ev, spec, is_done);
+            let (used, _) = apply_text(
+                &mut response.items,
+                &mut self.warnings,
+                &mut self.cap,
+                ev,
+                spec,
+                is_done,
+            );
             if used && spec.kind == ItemKind::FunctionCall {
                 let p = response
                     .items

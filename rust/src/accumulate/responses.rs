@@ -52,10 +52,9 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
-    apply_part, apply_text, event_error_warning, is_done_marker, read_stream_event, part_mut, raw_object,
-    AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextSpec,
-    TextTarget,
+    apply_part, apply_text, event_error_warning, is_done_marker, part_mut, raw_object,
+    read_stream_event, AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextCap,
+    TextSpec, TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const OUTPUT_TEXT: TextSpec = TextSpec {
@@ -174,6 +173,7 @@ pub struct ResponseAccumulator {
     unknown_events: u64,
     events: u64,
     run: DeltaRun,
+    cap: TextCap,
 }
 
 /// Consecutive deltas into the same text (the bulk of any stream) are gathered here and
@@ -184,6 +184,8 @@ pub struct ResponseAccumulator {
 #[derive(Debug, Default)]
 struct DeltaRun {
     key: Option<RunKey>,
+    /// The length of the text in the tree when the run began (for the cap).
+    base: usize,
     text: String,
 }
 
@@ -225,7 +227,15 @@ impl Default for ResponseAccumulator {
 }
 
 impl ResponseAccumulator {
+    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
     pub fn new() -> Self {
+        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
+    }
+
+    /// An accumulator whose texts are capped at `limit` bytes each (`None`: no cap). A delta
+    /// that would go past it is not appended and `add_json` returns
+    /// [`AccumulateError::TextTooLarge`].
+    pub fn with_text_cap(limit: Option<usize>) -> Self {
         ResponseAccumulator {
             base: None,
             implied: false,
@@ -235,6 +245,7 @@ impl ResponseAccumulator {
             unknown_events: 0,
             events: 0,
             run: DeltaRun::default(),
+            cap: TextCap::new(limit),
         }
     }
 
@@ -254,17 +265,20 @@ impl ResponseAccumulator {
             return Ok(());
         }
         let mut ev = StreamEvent::default();
-        let (events, unknown, warnings) = (&mut self.events, &mut self.unknown_events, &mut self.warnings);
+        let (events, unknown, warnings) = (
+            &mut self.events,
+            &mut self.unknown_events,
+            &mut self.warnings,
+        );
         if !read_stream_event(payload, &mut ev, events, unknown, warnings, is_used_type)? {
             return Ok(());
         }
-        self.add_event(&ev);
-        Ok(())
+        self.add_event(&ev)
     }
 
     /// One event already read (by [`add_json`](Self::add_json), or field by field from a
     /// typed Python event by the binding layer).
-    pub(crate) fn add_event(&mut self, ev: &StreamEvent<'_>) {
+    pub(crate) fn add_event(&mut self, ev: &StreamEvent<'_>) -> Result<(), AccumulateError> {
         self.events += 1;
         if let Some(n) = ev.sequence_number {
             if let Some(previous) = self.last_sequence {
@@ -280,6 +294,7 @@ impl ResponseAccumulator {
         if !self.apply(ev) {
             self.unknown_events += 1;
         }
+        self.cap.check(self.events - 1)
     }
 
     /// Applies one event; false when the event is not used.
@@ -287,14 +302,27 @@ impl ResponseAccumulator {
         let kind = ev.kind();
         if let (Some(key), Some(delta)) = (&self.run.key, &ev.delta) {
             if key.matches(ev) {
-                self.run.text.push_str(&delta.0);
+                if self
+                    .cap
+                    .admits(self.run.base + self.run.text.len(), delta.0.len())
+                {
+                    self.run.text.push_str(&delta.0);
+                }
                 return true;
             }
         }
         self.flush_run();
         if let Some((spec, is_done)) = text_spec(kind) {
-            let (used, at) = apply_text(&mut self.items, &mut self.warnings, ev, spec, is_done);
+            let (used, at) = apply_text(
+                &mut self.items,
+                &mut self.warnings,
+                &mut self.cap,
+                ev,
+                spec,
+                is_done,
+            );
             if let Some(at) = at {
+                self.run.base = at.len(&mut self.items);
                 self.run.key = Some(RunKey::new(ev, at));
             }
             self.implied |= used;

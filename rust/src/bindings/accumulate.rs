@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use super::framing::framing_error;
-use super::{error_from, with_bytes, Imported};
+use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
     is_text_delta, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
     ResponseAccumulator, Str, StreamEvent,
@@ -40,19 +40,43 @@ fn add_encoded<A: Accumulate>(acc: &mut A, event: &Bound<'_, PyAny>) -> PyResult
     let events = acc.events();
     with_bytes(&payload, |bytes| match acc.add_json(bytes) {
         Ok(()) => Ok(()),
+        Err(err @ AccumulateError::TextTooLarge { .. }) => Err(text_too_large(py, &err)),
         Err(err) => {
             let kind = event
                 .getattr(pyo3::intern!(py, "type"))
                 .and_then(|t| t.extract::<String>())
                 .unwrap_or_else(|_| "message".to_owned());
-            Err(error_from(py, &DECODE_ERROR, err.to_string(), &[
-                ("index", events.into_pyobject(py)?.into_any().unbind()),
-                ("event", PyString::new(py, &kind).into_any().unbind()),
-                ("offset", (-1i64).into_pyobject(py)?.into_any().unbind()),
-                ("raw", PyBytes::new(py, bytes).into_any().unbind()),
-            ]))
+            Err(error_from(
+                py,
+                &DECODE_ERROR,
+                err.to_string(),
+                &[
+                    ("index", events.into_pyobject(py)?.into_any().unbind()),
+                    ("event", PyString::new(py, &kind).into_any().unbind()),
+                    ("offset", (-1i64).into_pyobject(py)?.into_any().unbind()),
+                    ("raw", PyBytes::new(py, bytes).into_any().unbind()),
+                ],
+            ))
         }
     })
+}
+
+/// `EventTooLarge` for a delta refused by the text cap.
+fn text_too_large(py: Python<'_>, err: &AccumulateError) -> PyErr {
+    let limit = match err {
+        AccumulateError::TextTooLarge { limit, .. } => *limit,
+        _ => 0,
+    };
+    let kwargs = (|| -> PyResult<_> {
+        Ok([
+            ("limit", limit.into_pyobject(py)?.into_any().unbind()),
+            ("offset", (-1i64).into_pyobject(py)?.into_any().unbind()),
+        ])
+    })();
+    match kwargs {
+        Ok(kwargs) => error_from(py, &EVENT_TOO_LARGE, err.to_string(), &kwargs),
+        Err(e) => e,
+    }
 }
 
 /// How each accumulator takes a typed event.
@@ -72,8 +96,10 @@ impl AddTyped for ResponseAccumulator {
         if let Some(class) = classes.get(&event.get_type()) {
             if let Some(fields) = DeltaFields::read(event, class) {
                 if let Some(ev) = fields.event(&class.kind) {
-                    self.add_event(&ev);
-                    return Ok(());
+                    return match self.add_event(&ev) {
+                        Ok(()) => Ok(()),
+                        Err(err) => Err(text_too_large(event.py(), &err)),
+                    };
                 }
             }
         }
@@ -82,7 +108,13 @@ impl AddTyped for ResponseAccumulator {
 }
 
 /// The fields a text delta may have, in the order of [`DeltaClass::has`].
-const DELTA_FIELDS: [&str; 5] = ["item_id", "output_index", "content_index", "summary_index", "sequence_number"];
+const DELTA_FIELDS: [&str; 5] = [
+    "item_id",
+    "output_index",
+    "content_index",
+    "summary_index",
+    "sequence_number",
+];
 
 /// A Responses text delta class: its wire type and which of [`DELTA_FIELDS`] it has.
 struct DeltaClass {
@@ -112,10 +144,12 @@ impl DeltaClasses {
                     .getattr(pyo3::intern!(py, "__struct_fields__"))
                     .and_then(|f| f.extract())
                     .unwrap_or_default();
-                let class = tag.filter(|_| fields.iter().any(|f| f == "delta")).map(|kind| DeltaClass {
-                    kind,
-                    has: DELTA_FIELDS.map(|name| fields.iter().any(|f| f == name)),
-                });
+                let class = tag
+                    .filter(|_| fields.iter().any(|f| f == "delta"))
+                    .map(|kind| DeltaClass {
+                        kind,
+                        has: DELTA_FIELDS.map(|name| fields.iter().any(|f| f == name)),
+                    });
                 self.seen.push((cls.clone().unbind(), class));
                 self.seen.len() - 1
             }
@@ -136,11 +170,19 @@ impl<'py> DeltaFields<'py> {
     /// the re-encoding way).
     fn read(event: &Bound<'py, PyAny>, class: &DeltaClass) -> Option<DeltaFields<'py>> {
         let py = event.py();
-        let delta = event.getattr(pyo3::intern!(py, "delta")).ok()?.cast_into::<PyString>().ok()?;
+        let delta = event
+            .getattr(pyo3::intern!(py, "delta"))
+            .ok()?
+            .cast_into::<PyString>()
+            .ok()?;
         let [has_item_id, has_output, has_content, has_summary, has_sequence] = class.has;
         let item_id = if has_item_id {
             let value = event.getattr(pyo3::intern!(py, "item_id")).ok()?;
-            if value.is_none() { None } else { Some(value.cast_into::<PyString>().ok()?) }
+            if value.is_none() {
+                None
+            } else {
+                Some(value.cast_into::<PyString>().ok()?)
+            }
         } else {
             None
         };
@@ -160,7 +202,11 @@ impl<'py> DeltaFields<'py> {
             index(has_summary, pyo3::intern!(py, "summary_index"))?,
             index(has_sequence, pyo3::intern!(py, "sequence_number"))?,
         ];
-        Some(DeltaFields { delta, item_id, indices })
+        Some(DeltaFields {
+            delta,
+            item_id,
+            indices,
+        })
     }
 
     /// The event as `add_json` would have read it from its JSON.
@@ -183,7 +229,8 @@ impl<'py> DeltaFields<'py> {
 }
 
 /// One rejected payload, for the Python side to raise or keep:
-/// `(reason, index, event name, byte offset, raw payload)`.
+/// `(reason, index, event name, byte offset, raw payload, limit)`; `limit` is the cap for a
+/// delta refused by it (raised as `EventTooLarge`), else None (a `DecodeError`).
 fn error_tuple<'py>(
     py: Python<'py>,
     err: &AccumulateError,
@@ -192,14 +239,29 @@ fn error_tuple<'py>(
     offset: u64,
     raw: &[u8],
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let name = if event.is_empty() { "message".into() } else { String::from_utf8_lossy(event) };
-    PyTuple::new(py, [
-        PyString::new(py, &err.to_string()).into_any(),
-        index.into_pyobject(py)?.into_any(),
-        PyString::new(py, &name).into_any(),
-        offset.into_pyobject(py)?.into_any(),
-        PyBytes::new(py, raw).into_any(),
-    ])
+    let name = if event.is_empty() {
+        "message".into()
+    } else {
+        String::from_utf8_lossy(event)
+    };
+    PyTuple::new(
+        py,
+        [
+            PyString::new(py, &err.to_string()).into_any(),
+            index.into_pyobject(py)?.into_any(),
+            PyString::new(py, &name).into_any(),
+            offset.into_pyobject(py)?.into_any(),
+            PyBytes::new(py, raw).into_any(),
+            limit_of(py, err)?,
+        ],
+    )
+}
+
+fn limit_of<'py>(py: Python<'py>, err: &AccumulateError) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match err {
+        AccumulateError::TextTooLarge { limit, .. } => limit.into_pyobject(py)?.into_any(),
+        _ => py.None().into_bound(py),
+    })
 }
 
 /// Frames `data` and adds every payload; returns the rejected ones (None when all went in).
@@ -228,7 +290,11 @@ fn tap<'py, A: Accumulate + Send>(
         };
         match framed {
             Ok(()) => Ok(errors),
-            Err(err) => Err(framing_error(py, err, PyList::empty(py).into_any().unbind())),
+            Err(err) => Err(framing_error(
+                py,
+                err,
+                PyList::empty(py).into_any().unbind(),
+            )),
         }
     })
 }
@@ -259,14 +325,14 @@ macro_rules! accumulator_core {
             #[pyo3(signature = (max_event_size = Some(16 * 1024 * 1024)))]
             fn new(max_event_size: Option<usize>) -> Self {
                 $name {
-                    acc: <$inner>::new(),
+                    acc: <$inner>::with_text_cap(max_event_size),
                     framer: Framer::new(max_event_size),
                     delta_classes: DeltaClasses::default(),
                 }
             }
 
             /// Raw SSE bytes: frames them and adds every event. Returns the rejected payloads
-            /// as `(reason, index, event, offset, raw)` tuples, or None.
+            /// as `(reason, index, event, offset, raw, limit)` tuples, or None.
             fn feed<'py>(
                 &mut self,
                 py: Python<'py>,
@@ -275,9 +341,16 @@ macro_rules! accumulator_core {
                 tap(py, &mut self.framer, &mut self.acc, data)
             }
 
-            /// One payload; returns the reason it was rejected, or None.
-            fn add_json(&mut self, payload: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-                with_bytes(payload, |bytes| Ok(self.acc.add_json(bytes).err().map(|e| e.to_string())))
+            /// One payload; returns `(reason, limit)` when it was rejected (see `feed`), or None.
+            fn add_json<'py>(
+                &mut self,
+                payload: &Bound<'py, PyAny>,
+            ) -> PyResult<Option<(String, Bound<'py, PyAny>)>> {
+                let py = payload.py();
+                with_bytes(payload, |bytes| match self.acc.add_json(bytes) {
+                    Ok(()) => Ok(None),
+                    Err(e) => Ok(Some((e.to_string(), limit_of(py, &e)?))),
+                })
             }
 
             /// A typed event (from `iter_events` / `decode_realtime`).
@@ -320,5 +393,13 @@ accumulator_core!(
         self.acc.output_text()
     }
 );
-accumulator_core!(ChatCore, ChatAccumulator, "Chat Completions accumulator core.");
-accumulator_core!(RealtimeCore, RealtimeAccumulator, "Realtime accumulator core.");
+accumulator_core!(
+    ChatCore,
+    ChatAccumulator,
+    "Chat Completions accumulator core."
+);
+accumulator_core!(
+    RealtimeCore,
+    RealtimeAccumulator,
+    "Realtime accumulator core."
+);

@@ -11,9 +11,19 @@ use crate::framing::Framer;
 /// Where one event of the current chunk went.
 enum Planned {
     /// In the batch at `span` of the batch buffer.
-    Batched { span: (usize, usize), name: (usize, usize), index: u64, offset: u64 },
+    Batched {
+        span: (usize, usize),
+        name: (usize, usize),
+        index: u64,
+        offset: u64,
+    },
     /// Decoded alone by the careful path.
-    Careful { raw: Vec<u8>, name: (usize, usize), index: u64, offset: u64 },
+    Careful {
+        raw: Vec<u8>,
+        name: (usize, usize),
+        index: u64,
+        offset: u64,
+    },
 }
 
 /// Push-style typed-event decoder (the Rust core of `rapidsse.EventDecoder`).
@@ -38,7 +48,11 @@ pub struct EventDecoder {
 impl EventDecoder {
     fn decode_batch<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyList>> {
         let lines = self.batch.as_bytes()?;
-        let decoded = self.batch_decode.bind(py).call1((PyBytes::new(py, lines),)).ok()?;
+        let decoded = self
+            .batch_decode
+            .bind(py)
+            .call1((PyBytes::new(py, lines),))
+            .ok()?;
         let list = decoded.cast_into::<PyList>().ok()?;
         // A count mismatch would mean payloads were not one JSON value each: decode them alone.
         (list.len() == self.batch.len()).then_some(list)
@@ -53,7 +67,10 @@ impl EventDecoder {
         offset: u64,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let name = self.strings.event_name(py, &self.names[name.0..name.1])?;
-        let result = self.careful.bind(py).call1((PyBytes::new(py, raw), name, index, offset))?;
+        let result = self
+            .careful
+            .bind(py)
+            .call1((PyBytes::new(py, raw), name, index, offset))?;
         Ok((!result.is_none()).then_some(result))
     }
 
@@ -73,7 +90,12 @@ impl EventDecoder {
         let mut result = Ok(());
         for entry in &plan {
             let item = match entry {
-                Planned::Batched { span, name, index, offset } => match &decoded {
+                Planned::Batched {
+                    span,
+                    name,
+                    index,
+                    offset,
+                } => match &decoded {
                     Some(list) => {
                         next += 1;
                         Ok(Some(list.get_item(next - 1)?))
@@ -83,9 +105,12 @@ impl EventDecoder {
                         self.careful_one(py, &raw, *name, *index, *offset)
                     }
                 },
-                Planned::Careful { raw, name, index, offset } => {
-                    self.careful_one(py, raw, *name, *index, *offset)
-                }
+                Planned::Careful {
+                    raw,
+                    name,
+                    index,
+                    offset,
+                } => self.careful_one(py, raw, *name, *index, *offset),
             };
             match item {
                 Ok(Some(event)) => out.append(event)?,
@@ -101,7 +126,10 @@ impl EventDecoder {
     }
 
     fn batch_raw(&self, span: (usize, usize)) -> Vec<u8> {
-        self.batch.as_bytes().map(|b| b[span.0..span.1].to_vec()).unwrap_or_default()
+        self.batch
+            .as_bytes()
+            .map(|b| b[span.0..span.1].to_vec())
+            .unwrap_or_default()
     }
 }
 
@@ -135,7 +163,11 @@ impl EventDecoder {
     }
 
     /// Feeds one chunk; returns the typed events it completed, in order.
-    fn feed<'py>(&mut self, py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let mut out = PyList::empty(py);
         if self.done {
             return Ok(out);
@@ -144,7 +176,16 @@ impl EventDecoder {
         self.names.clear();
         self.plan.clear();
         let framed = with_bytes(data, |bytes| {
-            let Self { framer, router, done_marker, batch, names, plan, done, .. } = self;
+            let Self {
+                framer,
+                router,
+                done_marker,
+                batch,
+                names,
+                plan,
+                done,
+                ..
+            } = self;
             Ok(framer.feed(bytes, |e| {
                 if *done {
                     return;
@@ -160,7 +201,12 @@ impl EventDecoder {
                         let start = batch.as_bytes().map_or(0, |b| b.len() + 1);
                         batch.push(e.data);
                         let span = (start, start + e.data.len());
-                        plan.push(Planned::Batched { span, name, index: e.index, offset: e.offset });
+                        plan.push(Planned::Batched {
+                            span,
+                            name,
+                            index: e.index,
+                            offset: e.offset,
+                        });
                     }
                     Route::Careful => plan.push(Planned::Careful {
                         raw: e.data.to_vec(),
@@ -204,7 +250,10 @@ impl EventDecoder {
     }
 
     #[getter]
-    fn last_event_id<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyString>> {
+    fn last_event_id<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyString>> {
         let generation = self.framer.id_generation();
         self.strings.id(py, self.framer.last_event_id(), generation)
     }

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE, SSE_ERROR};
-use crate::framing::{FramingError, Framer, RawEvent, Retry};
+use crate::framing::{Framer, FramingError, RawEvent, Retry};
 
 static SERVER_SENT_EVENT: Imported = Imported::new("rapidsse.framing", "ServerSentEvent");
 
@@ -32,7 +32,11 @@ impl StringCache {
         }
     }
 
-    pub(crate) fn event_name<'py>(&mut self, py: Python<'py>, name: &[u8]) -> PyResult<Bound<'py, PyString>> {
+    pub(crate) fn event_name<'py>(
+        &mut self,
+        py: Python<'py>,
+        name: &[u8],
+    ) -> PyResult<Bound<'py, PyString>> {
         if name.is_empty() {
             return Ok(self.message.bind(py).clone());
         }
@@ -56,7 +60,12 @@ impl StringCache {
         Ok(s)
     }
 
-    pub(crate) fn id<'py>(&mut self, py: Python<'py>, id: &[u8], generation: u64) -> PyResult<Bound<'py, PyString>> {
+    pub(crate) fn id<'py>(
+        &mut self,
+        py: Python<'py>,
+        id: &[u8],
+        generation: u64,
+    ) -> PyResult<Bound<'py, PyString>> {
         match &self.id {
             Some((g, s)) if *g == generation => Ok(s.bind(py).clone()),
             _ => {
@@ -72,7 +81,10 @@ pub(crate) fn retry_to_py(py: Python<'_>, retry: Option<&Retry>) -> PyResult<Py<
     Ok(match retry {
         None => py.None(),
         Some(Retry::Small(n)) => n.into_pyobject(py)?.into_any().unbind(),
-        Some(Retry::Big(digits)) => py.get_type::<pyo3::types::PyInt>().call1((digits.as_str(),))?.unbind(),
+        Some(Retry::Big(digits)) => py
+            .get_type::<pyo3::types::PyInt>()
+            .call1((digits.as_str(),))?
+            .unbind(),
     })
 }
 
@@ -81,14 +93,22 @@ pub(crate) fn framing_error(py: Python<'_>, err: FramingError, events: Py<PyAny>
     match err {
         FramingError::TooLarge(e) => {
             let limit = e.limit.into_pyobject(py).unwrap().into_any().unbind();
-            let offset = e.stream_offset.into_pyobject(py).unwrap().into_any().unbind();
-            error_from(py, &EVENT_TOO_LARGE, e.to_string(), &[
-                ("limit", limit),
-                ("offset", offset),
-                ("events", events),
-            ])
+            let offset = e
+                .stream_offset
+                .into_pyobject(py)
+                .unwrap()
+                .into_any()
+                .unbind();
+            error_from(
+                py,
+                &EVENT_TOO_LARGE,
+                e.to_string(),
+                &[("limit", limit), ("offset", offset), ("events", events)],
+            )
         }
-        FramingError::Poisoned => error_from(py, &SSE_ERROR, err.to_string(), &[("events", events)]),
+        FramingError::Poisoned => {
+            error_from(py, &SSE_ERROR, err.to_string(), &[("events", events)])
+        }
     }
 }
 
@@ -133,11 +153,18 @@ impl SSEDecoder {
     #[new]
     #[pyo3(signature = (max_event_size = Some(16 * 1024 * 1024)))]
     fn new(py: Python<'_>, max_event_size: Option<usize>) -> SSEDecoder {
-        SSEDecoder { framer: Framer::new(max_event_size), strings: StringCache::new(py) }
+        SSEDecoder {
+            framer: Framer::new(max_event_size),
+            strings: StringCache::new(py),
+        }
     }
 
     /// Feeds one chunk of the stream; returns the events it completed.
-    fn feed<'py>(&mut self, py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let cls = SERVER_SENT_EVENT.get(py)?;
         let out = PyList::empty(py);
         let strings = &mut self.strings;

@@ -17,7 +17,11 @@ pub(crate) struct Imported {
 
 impl Imported {
     pub(crate) const fn new(module: &'static str, name: &'static str) -> Imported {
-        Imported { cell: PyOnceLock::new(), module, name }
+        Imported {
+            cell: PyOnceLock::new(),
+            module,
+            name,
+        }
     }
 
     pub(crate) fn get<'py>(&self, py: Python<'py>) -> PyResult<&Bound<'py, PyAny>> {
