@@ -27,7 +27,7 @@ import msgspec
 from . import chat, realtime, responses
 from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
-from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _chunks
+from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _chunks, _finished
 from .errors import DecodeError, EventTooLarge
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
 
@@ -261,12 +261,12 @@ class EventStream(Generic[T]):
         return self._decoder.feed(chunk)
 
     def __iter__(self) -> Iterator[Any]:
-        yield from drain(self._step, _chunks(self._source), lambda: self._decoder.done)
+        yield from drain(self._step, _chunks(self._source), _finished(self._decoder))
         self._decoder.close()
         self.accumulator.close()
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        async for event in adrain(self._step, _achunks(self._source), lambda: self._decoder.done):
+        async for event in adrain(self._step, _achunks(self._source), _finished(self._decoder)):
             yield event
         self._decoder.close()
         self.accumulator.close()

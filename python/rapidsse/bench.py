@@ -295,11 +295,12 @@ def _frame_sseclient(chunks: list[bytes]) -> int:
 
 
 def _typed(decoder: Any, chunks: list[bytes]) -> int:
-    feed = decoder.feed
+    """What :func:`rapidsse.iter_events` does, counting instead of yielding."""
+    feed, finished = decoder.feed, decoding._finished(decoder)
     n = 0
     for chunk in chunks:
         n += len(feed(chunk))
-        if decoder.done:
+        if finished is not None and finished():
             return n
     decoder.close()
     return n

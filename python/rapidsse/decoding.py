@@ -15,6 +15,7 @@ alone by :func:`_careful`, the one place that decides what such a payload become
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any, Callable, Literal, Union
@@ -299,10 +300,8 @@ class EventDecoder:
         """Starts a new stream (after an :class:`EventTooLarge`, or to reuse the decoder)."""
         self._core.reset()
 
-    @property
-    def done(self) -> bool:
-        """Whether ``data: [DONE]`` ended the stream (Chat)."""
-        return self._core.done
+    # (An attrgetter, not a Python function: iterators read this after every chunk.)
+    done = property(operator.attrgetter("_core.done"), doc="Whether ``data: [DONE]`` ended the stream (Chat).")
 
     @property
     def last_event_id(self) -> str:
@@ -314,6 +313,16 @@ def _raise_first_error_event(events: list[Any]) -> None:
     for i, event in enumerate(events):
         if _is_error_event(event):
             raise StreamError(event, events=events[:i])
+
+
+def _finished(decoder: EventDecoder) -> Union[Callable[[], bool], None]:
+    """What tells an iterator to stop reading: ``[DONE]`` (Chat); Responses streams just end."""
+    if decoder.protocol != "chat":
+        return None
+    return functools.partial(_DONE_OF, decoder)
+
+
+_DONE_OF = operator.attrgetter("_core.done")
 
 
 def _chunks(source: Any) -> Iterable[Bytes]:
@@ -342,7 +351,7 @@ def iter_events(
     decoder = EventDecoder(
         protocol, on_error=on_error, max_event_size=max_event_size, raise_on_error_event=raise_on_error_event
     )
-    yield from drain(decoder.feed, _chunks(source), lambda: decoder.done)
+    yield from drain(decoder.feed, _chunks(source), _finished(decoder))
     decoder.close()
 
 
@@ -359,7 +368,7 @@ async def aiter_events(
     decoder = EventDecoder(
         protocol, on_error=on_error, max_event_size=max_event_size, raise_on_error_event=raise_on_error_event
     )
-    async for event in adrain(decoder.feed, _achunks(source), lambda: decoder.done):
+    async for event in adrain(decoder.feed, _achunks(source), _finished(decoder)):
         yield event
     decoder.close()
 

@@ -118,10 +118,10 @@ attribute, and the decoder refuses input until ``reset()``.
 
 
 def drain(feed: Callable[[Any], list[Any]], chunks: Iterable[Any],
-          finished: Callable[[], bool] = lambda: False) -> Iterator[Any]:
-    """Yields what ``feed`` makes of each chunk until ``finished()``. When ``feed`` raises an
-    :class:`SSEError`, the events it had completed (``err.events``) are yielded first: nothing is
-    lost. The one loop behind every iterator of the package."""
+          finished: Union[Callable[[], bool], None] = None) -> Iterator[Any]:
+    """Yields what ``feed`` makes of each chunk until ``finished()`` (``None``: to the end). When
+    ``feed`` raises an :class:`SSEError`, the events it had completed (``err.events``) are yielded
+    first: nothing is lost. The one loop behind every iterator of the package."""
     for chunk in chunks:
         try:
             events = feed(chunk)
@@ -129,12 +129,12 @@ def drain(feed: Callable[[Any], list[Any]], chunks: Iterable[Any],
             yield from exc.events
             raise
         yield from events
-        if finished():
+        if finished is not None and finished():
             return
 
 
 async def adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
-                 finished: Callable[[], bool] = lambda: False) -> AsyncIterator[Any]:
+                 finished: Union[Callable[[], bool], None] = None) -> AsyncIterator[Any]:
     """Async twin of :func:`drain`."""
     async for chunk in chunks:
         try:
@@ -145,7 +145,7 @@ async def adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
             raise
         for event in events:
             yield event
-        if finished():
+        if finished is not None and finished():
             return
 
 

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::scan::{type_tag, TypeTag};
+use crate::scan::{raw_type_tag, TypeTag};
 
 /// Where a payload goes.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -26,7 +26,7 @@ pub enum Route {
 #[derive(Debug, Clone)]
 pub struct Router {
     /// `None`: untagged protocol, every payload is batched.
-    known: Option<HashSet<Box<str>, BuildHasherDefault<EndsHash>>>,
+    known: Option<HashSet<Box<[u8]>, BuildHasherDefault<EndsHash>>>,
 }
 
 /// A hash of the length and the first and last 8 bytes: the keys are a few dozen type names,
@@ -61,9 +61,13 @@ impl Hasher for EndsHash {
 
 impl Router {
     /// A router for a protocol tagged on `type`, knowing these tags.
-    pub fn tagged<I: IntoIterator<Item = S>, S: Into<Box<str>>>(tags: I) -> Router {
+    pub fn tagged<I: IntoIterator<Item = S>, S: AsRef<str>>(tags: I) -> Router {
         Router {
-            known: Some(tags.into_iter().map(Into::into).collect()),
+            known: Some(
+                tags.into_iter()
+                    .map(|t| t.as_ref().as_bytes().into())
+                    .collect(),
+            ),
         }
     }
 
@@ -80,7 +84,7 @@ impl Router {
         match &self.known {
             None if payload.iter().all(u8::is_ascii_whitespace) => Route::Careful,
             None => Route::Batch,
-            Some(known) => match type_tag(payload) {
+            Some(known) => match raw_type_tag(payload) {
                 TypeTag::Found(tag) if known.contains(tag) => Route::Batch,
                 _ => Route::Careful,
             },

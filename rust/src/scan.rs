@@ -9,9 +9,9 @@
 
 /// What the scanner saw.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub enum TypeTag<'a> {
+pub enum TypeTag<'a, T: ?Sized = str> {
     /// The top-level object has `"type": "<this>"` (no escapes in it).
-    Found(&'a str),
+    Found(&'a T),
     /// A well-formed top-level object without a `type` key.
     Missing,
     /// Not an object, a non-string `type`, escapes, or broken JSON.
@@ -20,6 +20,19 @@ pub enum TypeTag<'a> {
 
 /// Scans `json` for the top-level `"type"` key and returns its string value.
 pub fn type_tag(json: &[u8]) -> TypeTag<'_> {
+    match raw_type_tag(json) {
+        TypeTag::Found(tag) => match std::str::from_utf8(tag) {
+            Ok(tag) => TypeTag::Found(tag),
+            Err(_) => TypeTag::Unusual,
+        },
+        TypeTag::Missing => TypeTag::Missing,
+        TypeTag::Unusual => TypeTag::Unusual,
+    }
+}
+
+/// [`type_tag`] without the UTF-8 check of the tag (for a lookup among known tags, which are
+/// text: bytes equal to one are text too).
+pub fn raw_type_tag(json: &[u8]) -> TypeTag<'_, [u8]> {
     let mut s = Scanner { buf: json, pos: 0 };
     s.object_type().unwrap_or(TypeTag::Unusual)
 }
@@ -52,7 +65,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn object_type(&mut self) -> Option<TypeTag<'a>> {
+    fn object_type(&mut self) -> Option<TypeTag<'a, [u8]>> {
         self.skip_ws();
         self.expect(b'{')?;
         self.skip_ws();
@@ -67,10 +80,7 @@ impl<'a> Scanner<'a> {
             self.skip_ws();
             if key == b"type" {
                 return match self.peek() {
-                    Some(b'"') => {
-                        let value = self.plain_string()?;
-                        std::str::from_utf8(value).ok().map(TypeTag::Found)
-                    }
+                    Some(b'"') => Some(TypeTag::Found(self.plain_string()?)),
                     _ => Some(TypeTag::Unusual),
                 };
             }

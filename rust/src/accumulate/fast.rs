@@ -27,10 +27,19 @@ fn parse_checked<'a>(payload: &'a [u8], ev: &mut StreamEvent<'a>) -> Option<()> 
     // Compact JSON has no byte below 0x20: inside strings they are errors, outside only
     // whitespace, which serde would also accept; leave those payloads to serde.
     // (A branch-free fold, so that it vectorises.)
-    if payload.iter().fold(false, |found, &b| found | (b < 0x20)) {
+    // One pass for both: control bytes (bit 0) and non-ASCII bytes (bit 7).
+    let seen = payload
+        .iter()
+        .fold(0u8, |seen, &b| seen | (b & 0x80) | u8::from(b < 0x20));
+    if seen & 1 != 0 {
         return None;
     }
-    let text = std::str::from_utf8(payload).ok()?;
+    let text = if seen == 0 {
+        // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
+        unsafe { std::str::from_utf8_unchecked(payload) }
+    } else {
+        std::str::from_utf8(payload).ok()?
+    };
     let mut r = Reader {
         buf: text.as_bytes(),
         text,
@@ -158,8 +167,12 @@ impl<'a> Reader<'a> {
         loop {
             self.skip_spaces();
             let key = self.plain_key()?;
-            self.skip_spaces();
-            self.eat(b':')?;
+            if self.peek() == Some(b':') {
+                self.pos += 1; // compact JSON: the colon right after the key
+            } else {
+                self.skip_spaces();
+                self.eat(b':')?;
+            }
             self.skip_spaces();
             let f = field(key);
             match f {

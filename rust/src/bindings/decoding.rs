@@ -76,15 +76,23 @@ impl EventDecoder {
 
     /// Turns this chunk's plan into the list of events, in stream order. On an error, `out`
     /// holds the events before it.
-    fn build<'py>(&mut self, py: Python<'py>, out: &mut Bound<'py, PyList>) -> PyResult<()> {
+    fn build<'py>(
+        &mut self,
+        py: Python<'py>,
+        out: &mut Option<Bound<'py, PyList>>,
+    ) -> PyResult<()> {
+        if self.plan.is_empty() {
+            return Ok(());
+        }
         let decoded = self.decode_batch(py);
         if let Some(list) = &decoded {
             if self.plan.len() == self.batch.len() {
                 // The usual case: msgspec's list is the answer.
-                *out = list.clone();
+                *out = Some(list.clone());
                 return Ok(());
             }
         }
+        let out = out.insert(PyList::empty(py));
         let plan = std::mem::take(&mut self.plan);
         let mut next = 0usize;
         let mut result = Ok(());
@@ -168,9 +176,8 @@ impl EventDecoder {
         py: Python<'py>,
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let mut out = PyList::empty(py);
         if self.done {
-            return Ok(out);
+            return Ok(PyList::empty(py));
         }
         self.batch.clear();
         self.names.clear();
@@ -217,7 +224,9 @@ impl EventDecoder {
                 }
             }))
         })?;
+        let mut out = None;
         let built = self.build(py, &mut out);
+        let out = out.unwrap_or_else(|| PyList::empty(py));
         match (built, framed) {
             (Err(err), _) => {
                 err.value(py).setattr("events", &out)?;
