@@ -107,7 +107,7 @@ impl AddTyped for ResponseAccumulator {
     }
 }
 
-/// The fields a text delta may have, in the order of [`DeltaClass::has`].
+/// The fields a text delta may have, in the order of [`DeltaClass::fields`].
 const DELTA_FIELDS: [&str; 5] = [
     "item_id",
     "output_index",
@@ -116,10 +116,68 @@ const DELTA_FIELDS: [&str; 5] = [
     "sequence_number",
 ];
 
-/// A Responses text delta class: its wire type and which of [`DELTA_FIELDS`] it has.
+/// One field of a Struct class, read through its slot descriptor's own `__get__` (what
+/// `getattr` ends up calling, without the attribute lookup on the way).
+struct Slot {
+    descr: Py<PyAny>,
+    get: pyo3::ffi::descrgetfunc,
+}
+
+impl Slot {
+    /// The descriptor of `name` in `cls`, if it is a plain slot (msgspec Struct fields are).
+    fn of(cls: &Bound<'_, PyType>, name: &str) -> Option<Slot> {
+        let descr = cls.getattr(name).ok()?;
+        if descr.get_type().name().ok()?.to_str().ok()? != "member_descriptor" {
+            return None;
+        }
+        // SAFETY: `descr` is alive; `PyType_GetSlot` on its (static, since 3.10 allowed) type
+        // returns its `tp_descr_get`, or NULL.
+        let get = unsafe {
+            let f = pyo3::ffi::PyType_GetSlot(
+                pyo3::ffi::Py_TYPE(descr.as_ptr()),
+                pyo3::ffi::Py_tp_descr_get,
+            );
+            if f.is_null() {
+                return None;
+            }
+            std::mem::transmute::<*mut std::os::raw::c_void, pyo3::ffi::descrgetfunc>(f)
+        };
+        Some(Slot {
+            descr: descr.unbind(),
+            get,
+        })
+    }
+
+    /// The field's value on `obj`, an instance of exactly the class the slot came from.
+    #[inline]
+    fn read<'py>(&self, obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+        let py = obj.py();
+        // SAFETY: the descriptor's own getter, called as `getattr` would call it: on an
+        // instance of its class (the caller matched the exact type) with that type; it
+        // returns a new reference or NULL with an exception set (cleared here).
+        unsafe {
+            let value = (self.get)(
+                self.descr.as_ptr(),
+                obj.as_ptr(),
+                pyo3::ffi::Py_TYPE(obj.as_ptr()).cast(),
+            );
+            match Bound::from_owned_ptr_or_opt(py, value) {
+                Some(v) => Some(v),
+                None => {
+                    let _ = PyErr::take(py);
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// A Responses text delta class: its wire type and the slots of `delta` and of each of
+/// [`DELTA_FIELDS`] it has.
 struct DeltaClass {
     kind: String,
-    has: [bool; 5],
+    delta: Slot,
+    fields: [Option<Slot>; 5],
 }
 
 /// Per event class, looked up once: is it a text delta, and its shape.
@@ -144,12 +202,23 @@ impl DeltaClasses {
                     .getattr(pyo3::intern!(py, "__struct_fields__"))
                     .and_then(|f| f.extract())
                     .unwrap_or_default();
-                let class = tag
-                    .filter(|_| fields.iter().any(|f| f == "delta"))
-                    .map(|kind| DeltaClass {
+                let has = |name: &str| fields.iter().any(|f| f == name);
+                let class = (|| {
+                    let kind = tag?;
+                    let delta = Slot::of(cls, "delta").filter(|_| has("delta"))?;
+                    let mut slots = [None, None, None, None, None];
+                    for (slot, name) in slots.iter_mut().zip(DELTA_FIELDS) {
+                        if has(name) {
+                            // A field that is not a plain slot: this class goes by its JSON.
+                            *slot = Some(Slot::of(cls, name)?);
+                        }
+                    }
+                    Some(DeltaClass {
                         kind,
-                        has: DELTA_FIELDS.map(|name| fields.iter().any(|f| f == name)),
-                    });
+                        delta,
+                        fields: slots,
+                    })
+                })();
                 self.seen.push((cls.clone().unbind(), class));
                 self.seen.len() - 1
             }
@@ -169,38 +238,34 @@ impl<'py> DeltaFields<'py> {
     /// `None` when a field is not of the plain shape its JSON would have (then the event goes
     /// the re-encoding way).
     fn read(event: &Bound<'py, PyAny>, class: &DeltaClass) -> Option<DeltaFields<'py>> {
-        let py = event.py();
-        let delta = event
-            .getattr(pyo3::intern!(py, "delta"))
-            .ok()?
-            .cast_into::<PyString>()
-            .ok()?;
-        let [has_item_id, has_output, has_content, has_summary, has_sequence] = class.has;
-        let item_id = if has_item_id {
-            let value = event.getattr(pyo3::intern!(py, "item_id")).ok()?;
-            if value.is_none() {
-                None
-            } else {
-                Some(value.cast_into::<PyString>().ok()?)
+        let delta = class.delta.read(event)?.cast_into::<PyString>().ok()?;
+        let [item_id, output, content, summary, sequence] = &class.fields;
+        let item_id = match item_id {
+            Some(slot) => {
+                let value = slot.read(event)?;
+                if value.is_none() {
+                    None
+                } else {
+                    Some(value.cast_into::<PyString>().ok()?)
+                }
             }
-        } else {
-            None
+            None => None,
         };
-        let index = |has: bool, name: &Bound<'py, PyString>| -> Option<Option<u64>> {
-            if !has {
+        let index = |slot: &Option<Slot>| -> Option<Option<u64>> {
+            let Some(slot) = slot else {
                 return Some(None);
-            }
-            let value = event.getattr(name).ok()?;
+            };
+            let value = slot.read(event)?;
             if value.is_none() {
                 return Some(None);
             }
             value.extract::<u64>().ok().map(Some)
         };
         let indices = [
-            index(has_output, pyo3::intern!(py, "output_index"))?,
-            index(has_content, pyo3::intern!(py, "content_index"))?,
-            index(has_summary, pyo3::intern!(py, "summary_index"))?,
-            index(has_sequence, pyo3::intern!(py, "sequence_number"))?,
+            index(output)?,
+            index(content)?,
+            index(summary)?,
+            index(sequence)?,
         ];
         Some(DeltaFields {
             delta,
