@@ -76,14 +76,23 @@ impl Router {
         Router { known: None }
     }
 
+    /// The route of an untagged protocol: any one-line, non-blank payload is batched.
+    #[inline]
+    pub fn untagged_route(payload: &[u8], multiline: bool) -> Route {
+        if multiline || payload.iter().all(u8::is_ascii_whitespace) {
+            Route::Careful
+        } else {
+            Route::Batch
+        }
+    }
+
     /// `multiline`: the payload came from several `data:` lines (so it holds a LF).
     pub fn route(&self, payload: &[u8], multiline: bool) -> Route {
         if multiline {
             return Route::Careful;
         }
         match &self.known {
-            None if payload.iter().all(u8::is_ascii_whitespace) => Route::Careful,
-            None => Route::Batch,
+            None => Router::untagged_route(payload, false),
             Some(known) => match raw_type_tag(payload) {
                 TypeTag::Found(tag) if known.contains(tag) => Route::Batch,
                 _ => Route::Careful,

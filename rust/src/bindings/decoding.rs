@@ -1,7 +1,7 @@
 //! `EventDecoder`: framing plus one msgspec call per chunk for the typed events.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
 
 use super::framing::{framing_error, StringCache};
 use super::with_bytes;
@@ -43,15 +43,38 @@ pub struct EventDecoder {
     names: Vec<u8>,
     plan: Vec<Planned>,
     done: bool,
+    /// Batch every one-line payload without looking at its type: msgspec's decode fails on an
+    /// unknown type, and then the chunk is routed (and so is the rest of the stream).
+    optimistic: bool,
+    /// Whether the current chunk was batched that way.
+    unrouted: bool,
+    /// The batch as msgspec reads it, reused from chunk to chunk, and the argument tuple
+    /// holding it: no bytes object and no tuple is made per chunk.
+    lines: Py<PyByteArray>,
+    args: Py<PyTuple>,
 }
 
 impl EventDecoder {
-    fn decode_batch<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyList>> {
+    fn decode_batch<'py>(&mut self, py: Python<'py>) -> Option<Bound<'py, PyList>> {
         let lines = self.batch.as_bytes()?;
+        let buffer = self.lines.bind(py);
+        // Two references are ours (the field and the tuple); more, or a failed resize (a live
+        // buffer export), mean something kept it: then a fresh one takes over.
+        // SAFETY: `buffer` is a live object.
+        let shared = unsafe { pyo3::ffi::Py_REFCNT(buffer.as_ptr()) } > 2;
+        if !shared && buffer.resize(lines.len()).is_ok() {
+            // SAFETY: no Python code runs while the bytes are written, and the length was just
+            // set to `lines.len()`.
+            unsafe { buffer.as_bytes_mut().copy_from_slice(lines) };
+        } else {
+            let fresh = PyByteArray::new(py, lines);
+            self.args = PyTuple::new(py, [&fresh]).ok()?.unbind();
+            self.lines = fresh.unbind();
+        }
         let decoded = self
             .batch_decode
             .bind(py)
-            .call1((PyBytes::new(py, lines),))
+            .call(self.args.bind(py), None)
             .ok()?;
         let list = decoded.cast_into::<PyList>().ok()?;
         // A count mismatch would mean payloads were not one JSON value each: decode them alone.
@@ -84,7 +107,14 @@ impl EventDecoder {
         if self.plan.is_empty() {
             return Ok(());
         }
-        let decoded = self.decode_batch(py);
+        let mut decoded = self.decode_batch(py);
+        if decoded.is_none() && self.unrouted {
+            // Something in the batch did not decode (an unknown type, most likely): route
+            // this chunk's payloads as usual, and the stream's from now on.
+            self.optimistic = false;
+            self.reroute();
+            decoded = self.decode_batch(py);
+        }
         if let Some(list) = &decoded {
             if self.plan.len() == self.batch.len() {
                 // The usual case: msgspec's list is the answer.
@@ -133,6 +163,45 @@ impl EventDecoder {
         result
     }
 
+    /// Routes the payloads batched without a look at their type.
+    fn reroute(&mut self) {
+        let unrouted = std::mem::take(&mut self.batch);
+        let plan = std::mem::take(&mut self.plan);
+        let bytes = unrouted.as_bytes().unwrap_or_default();
+        for entry in plan {
+            self.plan.push(match entry {
+                Planned::Batched {
+                    span,
+                    name,
+                    index,
+                    offset,
+                } => {
+                    let raw = &bytes[span.0..span.1];
+                    match self.router.route(raw, false) {
+                        Route::Batch => {
+                            let start = self.batch.as_bytes().map_or(0, |b| b.len() + 1);
+                            self.batch.push(raw);
+                            Planned::Batched {
+                                span: (start, start + raw.len()),
+                                name,
+                                index,
+                                offset,
+                            }
+                        }
+                        Route::Careful => Planned::Careful {
+                            raw: raw.to_vec(),
+                            name,
+                            index,
+                            offset,
+                        },
+                    }
+                }
+                careful => careful,
+            });
+        }
+        self.unrouted = false;
+    }
+
     fn batch_raw(&self, span: (usize, usize)) -> Vec<u8> {
         self.batch
             .as_bytes()
@@ -153,6 +222,7 @@ impl EventDecoder {
         careful: Py<PyAny>,
         done_marker: Option<Vec<u8>>,
     ) -> EventDecoder {
+        let lines = PyByteArray::new(py, b"");
         EventDecoder {
             framer: Framer::new(max_event_size),
             router: match known_types {
@@ -167,6 +237,10 @@ impl EventDecoder {
             names: Vec::new(),
             plan: Vec::new(),
             done: false,
+            optimistic: true,
+            unrouted: false,
+            lines: lines.clone().unbind(),
+            args: PyTuple::new(py, [&lines]).expect("a tuple").unbind(),
         }
     }
 
@@ -182,6 +256,7 @@ impl EventDecoder {
         self.batch.clear();
         self.names.clear();
         self.plan.clear();
+        self.unrouted = self.optimistic;
         let framed = with_bytes(data, |bytes| {
             let Self {
                 framer,
@@ -191,8 +266,10 @@ impl EventDecoder {
                 names,
                 plan,
                 done,
+                unrouted,
                 ..
             } = self;
+            let unrouted = *unrouted;
             Ok(framer.feed(bytes, |e| {
                 if *done {
                     return;
@@ -203,7 +280,12 @@ impl EventDecoder {
                 }
                 let name = (names.len(), names.len() + e.event.len());
                 names.extend_from_slice(e.event);
-                match router.route(e.data, e.multiline) {
+                let route = if unrouted {
+                    Router::untagged_route(e.data, e.multiline)
+                } else {
+                    router.route(e.data, e.multiline)
+                };
+                match route {
                     Route::Batch => {
                         let start = batch.as_bytes().map_or(0, |b| b.len() + 1);
                         batch.push(e.data);
