@@ -27,6 +27,8 @@ from rapidsse._backend import using
 
 from .conftest import chunked, corpus_files, native
 
+BACKENDS = ("python", "rust") if native is not None else ("python",)
+
 
 def sse_payloads(data: bytes) -> list[tuple[str, bytes]]:
     """(event name, payload) per event, via the (separately tested) framer."""
@@ -128,6 +130,28 @@ def test_unknown_event_type_passes_through_untouched():
         events = decode_all(stream, "responses", size)
         assert [type(e).__name__ for e in events] == ["OutputTextDelta", "UnknownEvent", "OutputTextDelta"]
         assert events[1] == UnknownEvent(type="response.hologram.delta", raw=raw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stream_turning_odd_midway_loses_nothing_and_keeps_order(backend):
+    """Chunks batched without routing, then one with unknown and bad payloads among known ones
+    (the Rust decoder routes from then on), then clean chunks again: every event, in order."""
+    unknown = b'data: {"type":"response.hologram.delta","delta":"?"}\n\n'
+    bad = b'data: {"type":"response.output_text.delta","delta":}\n\n'
+    clean = b"".join(delta(c) for c in "abc")
+    odd = delta("d") + unknown + delta("e") + bad + delta("f")
+    with using(backend):
+        decoder = EventDecoder("responses", on_error="keep")
+        out = [decoder.feed(clean), decoder.feed(odd), decoder.feed(clean), decoder.feed(unknown + clean)]
+    kinds = [[type(e).__name__ for e in chunk] for chunk in out]
+    assert kinds == [
+        ["OutputTextDelta"] * 3,
+        ["OutputTextDelta", "UnknownEvent", "OutputTextDelta", "InvalidEvent", "OutputTextDelta"],
+        ["OutputTextDelta"] * 3,
+        ["UnknownEvent"] + ["OutputTextDelta"] * 3,
+    ]
+    texts = [e.delta for chunk in out for e in chunk if type(e).__name__ == "OutputTextDelta"]
+    assert texts == list("abcdefabcabc")
 
 
 def test_missing_type_falls_back_to_sse_event_name():

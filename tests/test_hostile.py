@@ -537,6 +537,19 @@ def _realtime_delta(item: str, delta: str, kind: str = "response.output_text.del
 TEXT_CAP = 1000
 
 
+def _refusals(feed, messages) -> int:
+    """Feeds the messages one by one (a refusal comes back from the call that brought it) and
+    counts the EventTooLarge raised."""
+    refused = 0
+    for message in messages:
+        try:
+            feed(message)
+        except EventTooLarge as exc:
+            assert exc.limit == TEXT_CAP
+            refused += 1
+    return refused
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_one_accumulated_text_is_capped_in_the_tap(backend):
     """A delta that would take one text past the cap is refused with EventTooLarge; the text keeps
@@ -561,14 +574,7 @@ def test_one_accumulated_text_is_capped_in_the_tap(backend):
                                   "response.reasoning_summary_text.delta", "response.refusal.delta"])
 def test_every_responses_text_family_is_capped(backend, kind):
     acc = accumulator(backend, ResponseAccumulator, cap=TEXT_CAP)
-    events = [_responses_delta("a", "z" * 300, kind) for _ in range(4)]
-    refused = 0
-    for event in events:  # one by one (the refusal comes back from the call that brought it)
-        try:
-            acc.feed(event)
-        except EventTooLarge:
-            refused += 1
-    assert refused == 1
+    assert _refusals(acc.feed, [_responses_delta("a", "z" * 300, kind) for _ in range(4)]) == 1
     snapshot = json.loads(acc._core.snapshot_json())
     assert "z" * 900 in json.dumps(snapshot) and "z" * 901 not in json.dumps(snapshot)
 
@@ -578,19 +584,10 @@ def test_typed_add_and_add_json_are_capped(backend):
     stream = b"".join(_responses_delta("a", "q" * 400) for _ in range(3))
     for way in ("add", "add_json"):
         acc = accumulator(backend, ResponseAccumulator, cap=TEXT_CAP)
-        errors = 0
         with using(backend):
             events = list(iter_events([stream]))
-        for event in events:
-            try:
-                if way == "add":
-                    acc.add(event)
-                else:
-                    acc.add_json(msgspec.json.encode(event))
-            except EventTooLarge as exc:
-                assert exc.limit == TEXT_CAP
-                errors += 1
-        assert errors == 1, way
+        add = acc.add if way == "add" else (lambda e: acc.add_json(msgspec.json.encode(e)))
+        assert _refusals(add, events) == 1, way
         assert acc.output_text == "q" * 800
 
 
@@ -609,14 +606,9 @@ def test_the_text_cap_raises_whatever_on_error_says(backend):
 def test_chat_texts_are_capped(backend):
     acc = accumulator(backend, ChatAccumulator, cap=TEXT_CAP)
     call = lambda args: {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": args}}]}
-    refused = 0
-    for delta in [{"content": "c" * 600}, {"content": "c" * 600}, {"reasoning_content": "r" * 600},
-                  call("{" + "a" * 599), call("a" * 600), {"content": "d" * 400}]:
-        try:
-            acc.feed(_chat_delta(delta))
-        except EventTooLarge:
-            refused += 1
-    assert refused == 2
+    deltas = [{"content": "c" * 600}, {"content": "c" * 600}, {"reasoning_content": "r" * 600},
+              call("{" + "a" * 599), call("a" * 600), {"content": "d" * 400}]
+    assert _refusals(acc.feed, [_chat_delta(d) for d in deltas]) == 2
     message = acc.completion.choices[0].message
     assert message.content == "c" * 600 + "d" * 400
     assert message.reasoning_content == "r" * 600
@@ -626,14 +618,9 @@ def test_chat_texts_are_capped(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_realtime_texts_are_capped(backend):
     acc = accumulator(backend, RealtimeAccumulator, cap=TEXT_CAP)
-    refused = 0
-    for message in [_realtime_delta("i", "t" * 700), _realtime_delta("i", "t" * 700),
-                    _realtime_delta("j", "s" * 700, "response.output_audio_transcript.delta")]:
-        try:
-            acc.feed(message)
-        except EventTooLarge:
-            refused += 1
-    assert refused == 1
+    messages = [_realtime_delta("i", "t" * 700), _realtime_delta("i", "t" * 700),
+                _realtime_delta("j", "s" * 700, "response.output_audio_transcript.delta")]
+    assert _refusals(acc.feed, messages) == 1
     raw = json.loads(acc._core.snapshot_json())
     assert "t" * 700 in json.dumps(raw) and "t" * 701 not in json.dumps(raw)
     assert "s" * 700 in json.dumps(raw)

@@ -319,10 +319,8 @@ def _finished(decoder: EventDecoder) -> Union[Callable[[], bool], None]:
     """What tells an iterator to stop reading: ``[DONE]`` (Chat); Responses streams just end."""
     if decoder.protocol != "chat":
         return None
-    return functools.partial(_DONE_OF, decoder)
-
-
-_DONE_OF = operator.attrgetter("_core.done")
+    core = decoder._core
+    return lambda: core.done  # the core's own flag: read after every chunk
 
 
 def _chunks(source: Any) -> Iterable[Bytes]:

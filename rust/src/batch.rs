@@ -5,7 +5,8 @@
 //! binding layer hands to msgspec's `decode_lines` in a single call. A payload
 //! that spans lines (multi-line `data:`) or is blank could not be told apart
 //! from its neighbours there, so it takes the careful path, one payload at a
-//! time, like anything of unknown type.
+//! time, like anything of unknown type. (The decoder batches without routing until a batch
+//! fails; see `bindings::decoding`.)
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};

@@ -1,4 +1,9 @@
 //! `EventDecoder`: framing plus one msgspec call per chunk for the typed events.
+//!
+//! A stream starts optimistic: every one-line payload of a chunk goes into the batch without a
+//! look at its type. If msgspec refuses the batch (an unknown type, bad JSON), the chunk is
+//! routed by type ([`Router`]) and decoded again, and the rest of the stream is routed from the
+//! start: a clean stream pays no routing, a stream with unknown types pays it once per event.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
