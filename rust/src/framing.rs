@@ -124,6 +124,23 @@ impl fmt::Display for FramingError {
 
 impl std::error::Error for FramingError {}
 
+/// Where in `chunk` the event begun in `tail` ends: just after its first blank line (`tail`
+/// holds no blank line and no CR; neither does `chunk` when this is asked).
+fn event_end(tail: &[u8], chunk: &[u8]) -> Option<usize> {
+    if tail.last() == Some(&b'\n') && chunk.first() == Some(&b'\n') {
+        return Some(1);
+    }
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &chunk[from..]) {
+        let at = from + i;
+        if chunk.get(at + 1) == Some(&b'\n') {
+            return Some(at + 2);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Bom {
     /// How many BOM bytes have been matched at the very start of the stream.
@@ -140,6 +157,9 @@ pub struct Framer {
     swallow_lf: bool,
     /// An unterminated line carried over from earlier chunks.
     line: Vec<u8>,
+    /// Or: the start of an event of the usual shape, not framed yet (see `quick_prefix`).
+    tail: Vec<u8>,
+    tail_offset: u64,
     line_offset: u64,
     /// Bytes consumed before the current chunk.
     consumed: u64,
@@ -168,6 +188,8 @@ impl Framer {
             bom: Bom::Matching(0),
             swallow_lf: false,
             line: Vec::new(),
+            tail: Vec::new(),
+            tail_offset: 0,
             line_offset: 0,
             consumed: 0,
             data: Vec::new(),
@@ -221,6 +243,7 @@ impl Framer {
         self.bom = Bom::Matching(0);
         self.swallow_lf = false;
         self.line = Vec::new();
+        self.tail = Vec::new();
         self.line_offset = 0;
         self.consumed = 0;
         self.dispatched = 0;
@@ -286,28 +309,110 @@ impl Framer {
         // Offsets below are relative to the stream; `base` is where `chunk` starts.
         let base = chunk_start + (total - chunk.len()) as u64;
 
+        // Without a CR in the chunk, whole events of the usual shape can be taken at once.
+        let quick = memchr::memchr(b'\r', chunk).is_none();
+        let mut result = Ok(());
+        let mut from = 0usize;
+        if !self.tail.is_empty() {
+            // The start of an event of the usual shape, held back from the previous chunk.
+            let mut tail = std::mem::take(&mut self.tail);
+            let tail_offset = self.tail_offset;
+            match if quick { event_end(&tail, chunk) } else { None } {
+                Some(end) => {
+                    tail.extend_from_slice(&chunk[..end]);
+                    from = end;
+                    match self.quick_event(&tail) {
+                        Some((name, data, used)) => {
+                            debug_assert_eq!(used, tail.len());
+                            on_event(RawEvent {
+                                event: name,
+                                data,
+                                multiline: false,
+                                id: &self.last_event_id,
+                                id_generation: self.id_generation,
+                                retry: None,
+                                index: self.dispatched,
+                                offset: tail_offset,
+                            });
+                            self.dispatched += 1;
+                        }
+                        None => result = self.lines(&tail, tail_offset, false, &mut on_event),
+                    }
+                }
+                // The event goes on past this chunk (or the chunk has a CR): the held-back
+                // bytes go the line-by-line way, and so does the chunk. (Never held back
+                // twice: each byte is looked at a bounded number of times.)
+                None => result = self.lines(&tail, tail_offset, false, &mut on_event),
+            }
+            tail.clear();
+            self.tail = tail; // keep the allocation
+        }
+        let result = result
+            .and_then(|()| self.lines(&chunk[from..], base + from as u64, quick, &mut on_event));
+        self.consumed = chunk_start + total as u64;
+        if let Err(FramingError::TooLarge(_)) = &result {
+            self.poisoned = true;
+            self.line = Vec::new();
+            self.tail = Vec::new();
+            self.clear_block();
+        }
+        result
+    }
+
+    /// Frames `chunk` (at stream offset `base`) line by line, taking whole events of the usual
+    /// shape at once when `quick` (no CR in it); an unterminated line is kept in `line`, or,
+    /// when `quick` and it is the start of an event of the usual shape, in `tail`.
+    fn lines<F: FnMut(RawEvent<'_>)>(
+        &mut self,
+        chunk: &[u8],
+        base: u64,
+        quick: bool,
+        on_event: &mut F,
+    ) -> Result<(), FramingError> {
         let mut start = 0usize;
-        let result = loop {
+        loop {
+            if quick && self.line.is_empty() && self.block_is_clean() {
+                let rest = &chunk[start..];
+                if let Some((name, data, used)) = self.quick_event(rest) {
+                    on_event(RawEvent {
+                        event: name,
+                        data,
+                        multiline: false,
+                        id: &self.last_event_id,
+                        id_generation: self.id_generation,
+                        retry: None,
+                        index: self.dispatched,
+                        offset: base + start as u64,
+                    });
+                    self.dispatched += 1;
+                    start += used;
+                    continue;
+                }
+                if !rest.is_empty() && self.quick_prefix(rest) {
+                    self.tail.clear();
+                    self.tail.extend_from_slice(rest);
+                    self.tail_offset = base + start as u64;
+                    return Ok(());
+                }
+            }
             let Some(rel) = memchr::memchr2(b'\n', b'\r', &chunk[start..]) else {
-                break Ok(());
+                break;
             };
             let end = start + rel;
             let line_offset;
             let res = if self.line.is_empty() {
                 line_offset = base + start as u64;
-                self.process_line(&chunk[start..end], line_offset, &mut on_event)
+                self.process_line(&chunk[start..end], line_offset, on_event)
             } else {
                 line_offset = self.line_offset;
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(&chunk[start..end]);
-                let res = self.process_line(&line, line_offset, &mut on_event);
+                let res = self.process_line(&line, line_offset, on_event);
                 line.clear();
                 self.line = line;
                 res
             };
-            if let Err(e) = res {
-                break Err(e);
-            }
+            res?;
             start = end + 1;
             if chunk[end] == b'\r' {
                 if start < chunk.len() {
@@ -318,25 +423,92 @@ impl Framer {
                     self.swallow_lf = true;
                 }
             }
-        };
-        let result = result.and_then(|()| {
-            let rest = &chunk[start..];
-            if !rest.is_empty() {
-                if self.line.is_empty() {
-                    self.line_offset = base + start as u64;
-                }
-                self.check_line(self.line.len() + rest.len(), base + chunk.len() as u64)?;
-                self.line.extend_from_slice(rest);
-            }
-            Ok(())
-        });
-        self.consumed = chunk_start + total as u64;
-        if let Err(FramingError::TooLarge(_)) = &result {
-            self.poisoned = true;
-            self.line = Vec::new();
-            self.clear_block();
         }
-        result
+        let rest = &chunk[start..];
+        if !rest.is_empty() {
+            if self.line.is_empty() {
+                self.line_offset = base + start as u64;
+            }
+            self.check_line(self.line.len() + rest.len(), base + chunk.len() as u64)?;
+            self.line.extend_from_slice(rest);
+        }
+        Ok(())
+    }
+
+    /// Nothing of an event block seen yet (the state after a dispatch).
+    #[inline]
+    fn block_is_clean(&self) -> bool {
+        !self.has_data
+            && !self.id_dirty
+            && self.block_offset.is_none()
+            && self.event_type.is_empty()
+            && self.block_retry.is_none()
+    }
+
+    /// The usual shape of an event, whole at the start of `rest` (which holds no CR): an
+    /// optional `event: NAME` line, one `data: PAYLOAD` line and a blank line. Returns the name,
+    /// the payload and the bytes used; `None` for anything else (or a line over the size cap),
+    /// which the line-by-line path then takes, with the same result.
+    #[inline]
+    fn quick_event<'c>(&self, rest: &'c [u8]) -> Option<(&'c [u8], &'c [u8], usize)> {
+        let mut pos = 0;
+        let mut name: &[u8] = &[];
+        if rest.starts_with(b"event: ") {
+            let end = 7 + memchr::memchr(b'\n', &rest[7..])?;
+            name = &rest[7..end];
+            pos = end + 1;
+        }
+        if !rest[pos..].starts_with(b"data: ") {
+            return None;
+        }
+        let from = pos + 6;
+        let end = from + memchr::memchr(b'\n', &rest[from..])?;
+        if rest.get(end + 1) != Some(&b'\n') {
+            return None;
+        }
+        if let Some(max) = self.max_event_size {
+            // The data line and the event line are the only lines (the data is shorter).
+            if end - pos > max || (pos > 0 && pos - 1 > max) {
+                return None;
+            }
+        }
+        Some((name, &rest[from..end], end + 2))
+    }
+
+    /// Whether `rest` (the end of a chunk: no CR, no blank line) can be the start of an event
+    /// of the usual shape (see [`Framer::quick_event`]) with no line over the size cap: then it
+    /// may wait for the next chunk, since framing its lines now would change nothing visible
+    /// (its complete lines are `event:` and `data:` lines, which only matter at the dispatch).
+    fn quick_prefix(&self, rest: &[u8]) -> bool {
+        const EVENT: &[u8] = b"event: ";
+        const DATA: &[u8] = b"data: ";
+        let max = self.max_event_size.unwrap_or(usize::MAX);
+        let mut pos = 0;
+        if rest.starts_with(EVENT) {
+            match memchr::memchr(b'\n', &rest[EVENT.len()..]) {
+                None => return rest.len() <= max,
+                Some(i) => {
+                    let end = EVENT.len() + i;
+                    if end > max {
+                        return false;
+                    }
+                    pos = end + 1;
+                }
+            }
+        } else if EVENT.starts_with(rest) {
+            return rest.len() <= max;
+        }
+        let line = &rest[pos..];
+        if line.len() < DATA.len() {
+            return DATA.starts_with(line) && line.len() <= max;
+        }
+        if !line.starts_with(DATA) {
+            return false;
+        }
+        match memchr::memchr(b'\n', line) {
+            None => line.len() <= max,
+            Some(end) => end + 1 == line.len() && end <= max,
+        }
     }
 
     fn too_large(&self, at: u64, in_line: bool) -> FramingError {
@@ -747,5 +919,59 @@ mod tests {
             framer.feed(chunk, |e| len = e.data.len()).unwrap();
         }
         assert_eq!(len, 8 << 20);
+    }
+
+    /// Events with their offsets and indices, for comparing chunkings.
+    fn framed(chunks: &[&[u8]], max: Option<usize>) -> (Vec<(Ev, u64, u64, bool)>, bool) {
+        let mut framer = Framer::new(max);
+        let mut out = Vec::new();
+        let mut failed = false;
+        for chunk in chunks {
+            let result = framer.feed(chunk, |e| {
+                out.push((
+                    Ev {
+                        event: String::from_utf8_lossy(e.event).into_owned(),
+                        data: String::from_utf8_lossy(e.data).into_owned(),
+                        id: String::from_utf8_lossy(e.id).into_owned(),
+                        retry: e.retry.cloned(),
+                    },
+                    e.index,
+                    e.offset,
+                    e.multiline,
+                ))
+            });
+            if result.is_err() {
+                failed = true;
+                break;
+            }
+        }
+        (out, failed)
+    }
+
+    #[test]
+    fn whole_events_taken_at_once_match_the_line_by_line_path_at_any_chunking() {
+        // The usual shape (taken whole, or held back across chunks) mixed with every other
+        // kind of line, so that both paths and the switches between them are exercised.
+        let stream: &[u8] =
+            b"event: a\ndata: {\"x\":1}\n\ndata: plain\n\n: comment\ndata: after comment\n\n\
+            event: b\ndata: one\ndata: two\n\nid: 7\ndata: with id\n\nevent: c\ndata: x\n\n\
+            retry: 10\ndata: r\n\ndata:no space\n\nevent:  spaced\ndata:  two spaces\n\n\
+            data: cr\r\n\r\nevent: d\ndata: {\"y\":2}\n\nevent: e\n\ndata: last\n\n";
+        let (whole, _) = framed(&[stream], None);
+        assert_eq!(whole.len(), 12, "{whole:?}");
+        for size in 1..stream.len() {
+            let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+            assert_eq!(framed(&chunks, None).0, whole, "chunks of {size}");
+        }
+        // Under a cap: the same events before the same error, at any chunking.
+        for max in [5, 9, 12, 14, 30] {
+            let (reference, failed) = framed(&[stream], Some(max));
+            for size in 1..stream.len() {
+                let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+                let (got, got_failed) = framed(&chunks, Some(max));
+                assert_eq!(got_failed, failed, "max {max} chunks of {size}");
+                assert_eq!(got, reference, "max {max} chunks of {size}");
+            }
+        }
     }
 }
