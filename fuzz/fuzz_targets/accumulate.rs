@@ -1,10 +1,13 @@
 //! The accumulators' `add_json` never panics, whatever the payloads: the input is split on LF
-//! into payloads, each added to the three accumulators (Responses, Chat, Realtime); snapshots,
-//! warnings and counters are read along the way and every snapshot must be valid JSON.
+//! into payloads, each added to the three accumulators (Responses, Chat, Realtime), with a text
+//! cap drawn from the first byte; snapshots, warnings and counters are read along the way and
+//! every snapshot must be valid JSON.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rapidsse::accumulate::{Accumulate, ChatAccumulator, RealtimeAccumulator, ResponseAccumulator};
+use rapidsse::accumulate::{
+    Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator, ResponseAccumulator,
+};
 
 fn check(acc: &mut impl Accumulate, added: u64) {
     if let Some(json) = acc.snapshot_json() {
@@ -18,9 +21,14 @@ fn check(acc: &mut impl Accumulate, added: u64) {
 }
 
 fuzz_target!(|input: &[u8]| {
-    let mut responses = ResponseAccumulator::new();
-    let mut chat = ChatAccumulator::new();
-    let mut realtime = RealtimeAccumulator::new();
+    // 0: no cap; otherwise small enough for deltas to reach it.
+    let cap = match input.first() {
+        None | Some(0) => None,
+        Some(&b) => Some(usize::from(b) * 4),
+    };
+    let mut responses = ResponseAccumulator::with_text_cap(cap);
+    let mut chat = ChatAccumulator::with_text_cap(cap);
+    let mut realtime = RealtimeAccumulator::with_text_cap(cap);
     let mut added = 0u64;
     for (i, payload) in input.split(|&b| b == b'\n').enumerate() {
         added += 1;
@@ -28,15 +36,23 @@ fuzz_target!(|input: &[u8]| {
         let r = responses.add_json(payload);
         let c = chat.add_json(payload);
         let t = realtime.add_json(payload);
-        // A rejected payload leaves the accumulator unchanged and is not counted.
-        if r.is_err() {
-            assert_eq!(responses.events(), before.0);
-        }
-        if c.is_err() {
-            assert_eq!(chat.events(), before.1);
-        }
-        if t.is_err() {
-            assert_eq!(realtime.events(), before.2);
+        // A rejected payload leaves the accumulator unchanged and is not counted; a delta
+        // refused by the cap was read (counted), and only its text is left out.
+        for (result, events, before) in [
+            (r, responses.events(), before.0),
+            (c, chat.events(), before.1),
+            (t, realtime.events(), before.2),
+        ] {
+            match result {
+                Ok(()) => {}
+                Err(AccumulateError::TextTooLarge { event_index, limit, length }) => {
+                    assert_eq!(Some(limit), cap);
+                    assert!(length > limit);
+                    assert_eq!(event_index, before);
+                    assert_eq!(events, before + 1);
+                }
+                Err(_) => assert_eq!(events, before),
+            }
         }
         if i % 8 == 7 {
             check(&mut responses, added);
