@@ -324,17 +324,7 @@ impl Framer {
                     match self.quick_event(&tail) {
                         Some((name, data, used)) => {
                             debug_assert_eq!(used, tail.len());
-                            on_event(RawEvent {
-                                event: name,
-                                data,
-                                multiline: false,
-                                id: &self.last_event_id,
-                                id_generation: self.id_generation,
-                                retry: None,
-                                index: self.dispatched,
-                                offset: tail_offset,
-                            });
-                            self.dispatched += 1;
+                            self.dispatch_whole(name, data, tail_offset, &mut on_event);
                         }
                         None => result = self.lines(&tail, tail_offset, false, &mut on_event),
                     }
@@ -374,17 +364,7 @@ impl Framer {
             if quick && self.line.is_empty() && self.block_is_clean() {
                 let rest = &chunk[start..];
                 if let Some((name, data, used)) = self.quick_event(rest) {
-                    on_event(RawEvent {
-                        event: name,
-                        data,
-                        multiline: false,
-                        id: &self.last_event_id,
-                        id_generation: self.id_generation,
-                        retry: None,
-                        index: self.dispatched,
-                        offset: base + start as u64,
-                    });
-                    self.dispatched += 1;
+                    self.dispatch_whole(name, data, base + start as u64, on_event);
                     start += used;
                     continue;
                 }
@@ -433,6 +413,29 @@ impl Framer {
             self.line.extend_from_slice(rest);
         }
         Ok(())
+    }
+
+    /// Dispatches an event taken whole by [`Framer::quick_event`] (its block is clean: no id,
+    /// no retry).
+    #[inline]
+    fn dispatch_whole<F: FnMut(RawEvent<'_>)>(
+        &mut self,
+        name: &[u8],
+        data: &[u8],
+        offset: u64,
+        on_event: &mut F,
+    ) {
+        on_event(RawEvent {
+            event: name,
+            data,
+            multiline: false,
+            id: &self.last_event_id,
+            id_generation: self.id_generation,
+            retry: None,
+            index: self.dispatched,
+            offset,
+        });
+        self.dispatched += 1;
     }
 
     /// Nothing of an event block seen yet (the state after a dispatch).
