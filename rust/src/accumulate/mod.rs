@@ -228,8 +228,9 @@ pub(crate) fn parse_event<'a, T: Deserialize<'a>>(
 }
 
 /// Reads one Responses / Realtime payload into `ev`: the fast reader, with serde as the referee.
-/// A malformed event (a read field of the wrong type, or twice) is counted here, in `events` and
-/// `unknown`, with a warning when its type is `used`; then the result is `Ok(false)`.
+/// `[DONE]` gives `Ok(false)` and counts nothing. A malformed event (a read field of the wrong
+/// type, or twice) is counted here, in `events` and `unknown`, with a warning when its type is
+/// `used`; then the result is `Ok(false)` too.
 pub(crate) fn read_stream_event<'a>(
     payload: &'a [u8],
     ev: &mut StreamEvent<'a>,
@@ -238,6 +239,9 @@ pub(crate) fn read_stream_event<'a>(
     warnings: &mut Vec<String>,
     used: fn(&str) -> bool,
 ) -> Result<bool, AccumulateError> {
+    if is_done_marker(payload) {
+        return Ok(false);
+    }
     if fast::parse_into(payload, ev) {
         return Ok(true);
     }

@@ -42,9 +42,9 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    apply_part, apply_text, event_error_warning, is_done_marker, raw_object, read_stream_event,
-    AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextCap, TextSpec, TextTarget,
-    DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
+    apply_part, apply_text, event_error_warning, raw_object, read_stream_event, AccumulateError,
+    Flavor, ItemKind, ItemStore, StreamEvent, TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP,
+    FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const TEXT: TextSpec = TextSpec {
@@ -181,9 +181,6 @@ impl RealtimeAccumulator {
 
     /// One server event's JSON.
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
-        if is_done_marker(payload) {
-            return Ok(());
-        }
         let mut ev = StreamEvent::default();
         let (events, unknown, warnings) = (
             &mut self.events,

@@ -52,9 +52,9 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    apply_part, apply_text, event_error_warning, is_done_marker, part_mut, raw_object,
-    read_stream_event, AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextCap,
-    TextSpec, TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
+    apply_part, apply_text, event_error_warning, part_mut, raw_object, read_stream_event,
+    AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextCap, TextSpec,
+    TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const OUTPUT_TEXT: TextSpec = TextSpec {
@@ -261,9 +261,6 @@ impl ResponseAccumulator {
 
     /// One event's JSON payload (the SSE `data`). Dispatches on the JSON `type`.
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
-        if is_done_marker(payload) {
-            return Ok(());
-        }
         let mut ev = StreamEvent::default();
         let (events, unknown, warnings) = (
             &mut self.events,
