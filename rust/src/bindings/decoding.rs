@@ -113,7 +113,7 @@ impl EventDecoder {
             return Ok(());
         }
         let mut decoded = self.decode_batch(py);
-        if decoded.is_none() && self.unrouted {
+        if decoded.is_none() && self.unrouted && !self.batch.is_empty() {
             // Something in the batch did not decode (an unknown type, most likely): route
             // this chunk's payloads as usual, and the stream's from now on.
             self.optimistic = false;
