@@ -27,7 +27,7 @@ import msgspec
 from . import chat, realtime, responses
 from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
-from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _chunks, _finished
+from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _check_size, _chunks, _finished
 from .errors import DecodeError, EventTooLarge
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
 
@@ -88,15 +88,8 @@ class _Accumulator(Generic[T]):
         """Adds one event's JSON payload."""
         if isinstance(payload, str):
             payload = payload.encode("utf-8", "surrogatepass")
-        cap = self._max_event_size
-        if cap is not None and len(payload) > cap:
-            raise EventTooLarge(
-                f"a payload of {len(payload)} bytes exceeds max_event_size={cap} bytes "
-                f"(after {self._core.events()} events)",
-                limit=cap,
-                offset=-1,
-            )
         before = self._core.events()
+        _check_size(payload, self._max_event_size, f"after {before} events", noun="payload")
         refused = self._core.add_json(payload)
         if refused is not None:
             reason, limit = refused

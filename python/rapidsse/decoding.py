@@ -403,11 +403,11 @@ def detect_protocol(head: bytes) -> str | None:
 _realtime_decode = _SCHEMAS["realtime"].decode_one
 
 
-def _check_size(message: Any, max_event_size: int | None, index: int) -> None:
-    if max_event_size is not None and len(message) > max_event_size:
+def _check_size(data: Any, max_event_size: int | None, where: str, noun: str = "message") -> None:
+    """``EventTooLarge`` for one message / payload over the cap (``where`` says which)."""
+    if max_event_size is not None and len(data) > max_event_size:
         raise EventTooLarge(
-            f"a message of {len(message)} bytes exceeds max_event_size={max_event_size} bytes "
-            f"(message #{index})",
+            f"a {noun} of {len(data)} bytes exceeds max_event_size={max_event_size} bytes ({where})",
             limit=max_event_size,
             offset=-1,
         )
@@ -425,7 +425,7 @@ def decode_realtime(
     raises :class:`DecodeError` (``index`` is reported in it); a message longer than
     ``max_event_size`` (``None``: no cap) raises :class:`EventTooLarge`.
     """
-    _check_size(message, max_event_size, index)
+    _check_size(message, max_event_size, f"message #{index}")
     try:
         return _realtime_decode(message)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, UnicodeError):
@@ -449,7 +449,7 @@ def iter_realtime(
         raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
     schema = _SCHEMAS["realtime"]
     for index, message in enumerate(messages):
-        _check_size(message, max_event_size, index)
+        _check_size(message, max_event_size, f"message #{index}")
         try:
             yield _realtime_decode(message)
             continue
