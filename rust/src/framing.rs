@@ -577,12 +577,11 @@ impl Framer {
                 self.event_type.clear();
                 self.event_type.extend_from_slice(value);
             }
-            b"id" => {
-                if memchr::memchr(0, value).is_none() {
-                    self.id_buffer.clear();
-                    self.id_buffer.extend_from_slice(value);
-                    self.id_dirty = true;
-                }
+            // An id with a NUL is ignored.
+            b"id" if memchr::memchr(0, value).is_none() => {
+                self.id_buffer.clear();
+                self.id_buffer.extend_from_slice(value);
+                self.id_dirty = true;
             }
             b"retry" => {
                 if let Some(retry) = Retry::parse(value) {
@@ -914,7 +913,7 @@ mod tests {
     fn large_event_in_small_chunks_is_linear() {
         // 8 MiB in one line fed 1 KiB at a time: quadratic copying would take minutes.
         let mut input = b"data: ".to_vec();
-        input.extend(std::iter::repeat(b'x').take(8 << 20));
+        input.extend(std::iter::repeat_n(b'x', 8 << 20));
         input.extend_from_slice(b"\n\n");
         let mut framer = Framer::new(None);
         let mut len = 0;

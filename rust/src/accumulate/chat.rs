@@ -430,11 +430,8 @@ fn accumulate_entry(
         return;
     };
     match (current, delta) {
-        (Value::String(a), Value::String(b)) => {
-            if cap.admits(a.len(), b.len()) {
-                a.push_str(&b)
-            }
-        }
+        (Value::String(a), Value::String(b)) if cap.admits(a.len(), b.len()) => a.push_str(&b),
+        (Value::String(_), Value::String(_)) => {}
         (Value::Number(a), Value::Number(b)) => {
             if let Some(sum) = add_numbers(a, &b) {
                 *a = sum;
