@@ -12,6 +12,7 @@
 use std::borrow::Cow;
 
 use serde_json::value::RawValue;
+use serde_json::{Map, Number, Value};
 
 use super::{Str, StreamEvent};
 
@@ -483,6 +484,117 @@ impl<'a> Reader<'a> {
         Some(())
     }
 
+    /// Any JSON value, built as serde_json's `Value` (whitespace allowed where JSON allows it).
+    fn build(&mut self, depth: usize) -> Option<Value> {
+        self.skip_json_spaces();
+        let value = match self.peek()? {
+            b'"' => Value::String(self.string()?.into_owned()),
+            b'{' => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                self.pos += 1;
+                let mut map = Map::new();
+                self.skip_json_spaces();
+                if self.peek()? == b'}' {
+                    self.pos += 1;
+                    return Some(Value::Object(map));
+                }
+                loop {
+                    self.skip_json_spaces();
+                    let key = self.string()?.into_owned();
+                    self.skip_json_spaces();
+                    self.eat(b':')?;
+                    let value = self.build(depth + 1)?;
+                    // serde_json's own visitor inserts too: a repeated key keeps its place
+                    // and takes the later value.
+                    map.insert(key, value);
+                    self.skip_json_spaces();
+                    match self.peek()? {
+                        b',' => self.pos += 1,
+                        b'}' => {
+                            self.pos += 1;
+                            return Some(Value::Object(map));
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b'[' => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                self.pos += 1;
+                let mut items = Vec::new();
+                self.skip_json_spaces();
+                if self.peek()? == b']' {
+                    self.pos += 1;
+                    return Some(Value::Array(items));
+                }
+                loop {
+                    items.push(self.build(depth + 1)?);
+                    self.skip_json_spaces();
+                    match self.peek()? {
+                        b',' => self.pos += 1,
+                        b']' => {
+                            self.pos += 1;
+                            return Some(Value::Array(items));
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b't' => {
+                self.literal(b"true")?;
+                Value::Bool(true)
+            }
+            b'f' => {
+                self.literal(b"false")?;
+                Value::Bool(false)
+            }
+            b'n' => {
+                self.literal(b"null")?;
+                Value::Null
+            }
+            b'-' | b'0'..=b'9' => Value::Number(self.number_value()?),
+            _ => return None,
+        };
+        Some(value)
+    }
+
+    /// A number as serde_json makes it: an integer that fits `u64` (or, negative, `i64`) as
+    /// one, anything with a fraction or exponent as the nearest `f64` (`float_roundtrip`).
+    fn number_value(&mut self) -> Option<Number> {
+        let start = self.pos;
+        self.number()?;
+        let literal = &self.text[start..self.pos];
+        if !literal.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+            return if literal.starts_with('-') {
+                // serde_json makes `-0` a float; leave it (and overflows) to serde.
+                match literal.parse::<i64>().ok()? {
+                    0 => None,
+                    n => Some(Number::from(n)),
+                }
+            } else {
+                literal.parse::<u64>().ok().map(Number::from)
+            };
+        }
+        let f = literal.parse::<f64>().ok()?;
+        if f.is_finite() {
+            Number::from_f64(f)
+        } else {
+            None
+        }
+    }
+
+    /// JSON's whitespace (this reader's other paths only pass spaces, and leave the rest to
+    /// serde; a payload with control bytes never reaches them).
+    fn skip_json_spaces(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.buf.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
     fn digits(&mut self) {
         while let Some(b'0'..=b'9') = self.peek() {
             self.pos += 1;
@@ -490,9 +602,34 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A kept object as serde would hold it (serde re-checks the slice this reader validated).
+/// A kept value as serde would hold it: the slice this reader has just validated (strictly:
+/// it refuses whatever serde would, see the tests), without a second validating pass.
 fn raw(json: &str) -> Option<&RawValue> {
-    serde_json::from_str::<&RawValue>(json).ok()
+    debug_assert!(serde_json::from_str::<&RawValue>(json).is_ok(), "{json}");
+    // SAFETY: `RawValue` is `#[repr(transparent)]` over `str` (serde_json's own
+    // `from_borrowed` is this transmute), and `json` is one valid JSON value without
+    // surrounding whitespace, which is what serde would have borrowed.
+    Some(unsafe { std::mem::transmute::<&str, &RawValue>(json) })
+}
+
+/// `json` (one JSON object, as validated by serde or this reader) as serde_json would parse
+/// it into a map, in one pass and with fewer copies; `None` when serde must decide (anything
+/// this reader leaves to serde, an integer out of `u64`/`i64`, `-0`, a float out of range).
+pub(crate) fn object(json: &str) -> Option<Map<String, Value>> {
+    let mut r = Reader {
+        buf: json.as_bytes(),
+        text: json,
+        pos: 0,
+    };
+    r.skip_spaces();
+    if r.peek()? != b'{' {
+        return None;
+    }
+    let Value::Object(map) = r.build(0)? else {
+        return None;
+    };
+    r.skip_spaces();
+    (r.pos == r.buf.len()).then_some(map)
 }
 
 fn str_slot<'e, 'a>(ev: &'e mut StreamEvent<'a>, n: usize) -> &'e mut Option<Str<'a>> {
@@ -741,5 +878,151 @@ mod tests {
             answered > 10_000,
             "the fast reader should answer most valid events ({answered})"
         );
+    }
+
+    /// `object` answers exactly as serde_json's `Value` parse does, or not at all.
+    fn check_object(json: &str) -> bool {
+        let Some(map) = object(json) else {
+            return false;
+        };
+        let reference = serde_json::from_str::<Value>(json);
+        assert!(
+            matches!(&reference, Ok(Value::Object(m)) if *m == map),
+            "object() disagrees with serde on {json}"
+        );
+        // Same keys in the same order, same number representations.
+        assert_eq!(
+            serde_json::to_string(&map).unwrap(),
+            serde_json::to_string(&reference.unwrap()).unwrap()
+        );
+        true
+    }
+
+    #[test]
+    fn object_builds_what_serde_builds() {
+        for json in [
+            r#"{}"#,
+            r#"{"a":1,"b":-2,"c":1.5,"d":-2.5e3,"e":1E2,"f":0,"g":0.0,"h":1e-400}"#,
+            r#"{"s":"plain","t":"esc \" \\ \/ \b\f\n\r\t \u00e9 \ud83d\ude00","u":"é😀"}"#,
+            r#"{"n":null,"t":true,"f":false,"l":[],"o":{},"nested":[{"x":[1,[2,[3]]]}]}"#,
+            "{ \"a\" :\n[ 1 ,\t2 ]\r\n, \"b\" : { } }",
+            r#"{"dup":1,"other":2,"dup":3}"#,
+            r#"{"max":18446744073709551615,"min":-9223372036854775808}"#,
+        ] {
+            assert!(check_object(json), "{json}");
+        }
+        for json in [
+            r#"{"big":18446744073709551616}"#,
+            r#"{"small":-9223372036854775809}"#,
+            r#"{"negzero":-0}"#,
+            r#"{"inf":1e400}"#,
+            r#"{"lone":"\ud800"}"#,
+            r#"[1]"#,
+            r#"{"a":1} x"#,
+            r#"{"a":1,}"#,
+        ] {
+            assert!(!check_object(json), "{json}");
+        }
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(100), "]".repeat(100));
+        assert!(!check_object(&deep));
+    }
+
+    /// Every payload of the recorded corpus (and each pretty-printed), when it is an object.
+    #[test]
+    fn object_agrees_with_serde_on_the_corpus() {
+        let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let root = [
+            std::env::var_os("RAPIDSSE_CORPUS").map(std::path::PathBuf::from),
+            Some(manifest.join("tests/corpus")),
+            Some(manifest.join("../shared/corpus")),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|dir| dir.is_dir())
+        .expect("corpus directory; set RAPIDSSE_CORPUS");
+        let mut files = vec![root];
+        let mut answered = 0;
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            for line in text.lines() {
+                let json = line.strip_prefix("data:").unwrap_or(line).trim();
+                let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(json) else {
+                    continue;
+                };
+                for form in [
+                    json.to_owned(),
+                    serde_json::to_string_pretty(&value).unwrap(),
+                ] {
+                    if check_object(&form) {
+                        answered += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            answered > 1000,
+            "object() should answer the corpus ({answered})"
+        );
+    }
+
+    /// Random objects from JSON-ish fragments: whenever `object` answers, serde agrees.
+    #[test]
+    fn object_differential_against_serde() {
+        let pieces: &[&str] = &[
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            ":",
+            " ",
+            "\n",
+            "\"k\"",
+            r#""a\"b""#,
+            r#""\u00e9""#,
+            r#""\ud800""#,
+            "0",
+            "-0",
+            "12",
+            "-3",
+            "1.5",
+            "2e9",
+            "1e999",
+            "01",
+            "null",
+            "true",
+            "false",
+            "\"é\"",
+            "18446744073709551616",
+            "\"",
+            "\\",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut answered = 0;
+        for _ in 0..200_000 {
+            let mut p = String::from("{");
+            for _ in 0..(next() % 12) {
+                p.push_str(pieces[(next() % pieces.len() as u64) as usize]);
+            }
+            if next() % 2 == 0 {
+                p.push('}');
+            }
+            if check_object(&p) {
+                answered += 1;
+            }
+        }
+        assert!(answered > 1000, "object() should answer many ({answered})");
     }
 }

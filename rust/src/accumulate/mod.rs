@@ -56,8 +56,10 @@ mod responses;
 
 pub use chat::ChatAccumulator;
 pub use realtime::RealtimeAccumulator;
-pub use responses::is_text_delta;
+pub use responses::text_field;
 pub use responses::ResponseAccumulator;
+#[cfg(feature = "python")]
+pub(crate) use responses::TextEvent;
 
 /// What the three accumulators have in common, for code that drives any of them
 /// (the binding layer's tap, which frames bytes and adds each payload).
@@ -294,7 +296,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawEntries<'a> {
 
 /// Parses a kept fragment (item, part, response object) into an owned object, if it is one.
 pub(crate) fn raw_object(raw: Option<&RawValue>) -> Option<Map<String, Value>> {
-    match serde_json::from_str::<Value>(raw?.get()) {
+    let json = raw?.get();
+    if let Some(map) = fast::object(json) {
+        return Some(map);
+    }
+    match serde_json::from_str::<Value>(json) {
         Ok(Value::Object(map)) => Some(map),
         _ => None,
     }

@@ -131,10 +131,14 @@ fn text_spec(kind: &str) -> Option<(&'static TextSpec, bool)> {
     })
 }
 
-/// Whether events of this type are text deltas (whose fields the binding layer may read
-/// straight from a typed event: type, item id, indices, sequence number, delta).
-pub fn is_text_delta(kind: &str) -> bool {
-    matches!(text_spec(kind), Some((_, false)))
+/// For a text event type whose fields the binding layer may read straight from a typed event
+/// (type, item id, indices, sequence number and one string): that string's field, `delta` for
+/// a delta, the full text's for a `.done` (except `code`, not read as a plain string).
+pub fn text_field(kind: &str) -> Option<&'static str> {
+    match text_spec(kind)? {
+        (_, false) => Some("delta"),
+        (spec, true) => Some(spec.done_field).filter(|&field| field != "code"),
+    }
 }
 
 /// Whether the accumulator reads events of this type (for the malformed-event warning).
@@ -220,6 +224,51 @@ impl RunKey {
     }
 }
 
+/// A text event's fields, borrowed (see [`ResponseAccumulator::add_text_event`]): a delta,
+/// or the full text of a `.done` when `field` is not `delta`.
+#[cfg(any(feature = "python", test))]
+pub(crate) struct TextEvent<'a> {
+    pub kind: &'a str,
+    /// The field `text` came from, as [`text_field`] gives it.
+    pub field: &'static str,
+    pub text: &'a str,
+    pub item_id: Option<&'a str>,
+    pub output_index: Option<u64>,
+    pub content_index: Option<u64>,
+    pub summary_index: Option<u64>,
+    pub sequence_number: Option<u64>,
+}
+
+#[cfg(any(feature = "python", test))]
+impl<'a> TextEvent<'a> {
+    /// The event as `add_json` would have read it from its JSON.
+    fn event(&self) -> StreamEvent<'a> {
+        use super::Str;
+        use std::borrow::Cow;
+
+        let mut ev = StreamEvent {
+            kind: Some(Str(Cow::Borrowed(self.kind))),
+            item_id: self.item_id.map(|s| Str(Cow::Borrowed(s))),
+            output_index: self.output_index,
+            content_index: self.content_index,
+            summary_index: self.summary_index,
+            sequence_number: self.sequence_number,
+            ..StreamEvent::default()
+        };
+        let text = Some(Str(Cow::Borrowed(self.text)));
+        match self.field {
+            "delta" => ev.delta = text,
+            "text" => ev.text = text,
+            "refusal" => ev.refusal = text,
+            "arguments" => ev.arguments = text,
+            "input" => ev.input = text,
+            "transcript" => ev.transcript = text,
+            _ => {}
+        }
+        ev
+    }
+}
+
 impl Default for ResponseAccumulator {
     fn default() -> Self {
         Self::new()
@@ -277,21 +326,52 @@ impl ResponseAccumulator {
     /// typed Python event by the binding layer).
     pub(crate) fn add_event(&mut self, ev: &StreamEvent<'_>) -> Result<(), AccumulateError> {
         self.events += 1;
-        if let Some(n) = ev.sequence_number {
-            if let Some(previous) = self.last_sequence {
-                if previous.checked_add(1) != Some(n) {
-                    self.warnings.push(format!(
-                        "sequence gap: expected {}, got {n}",
-                        previous.wrapping_add(1)
-                    ));
-                }
-            }
-            self.last_sequence = Some(n);
-        }
+        self.sequence(ev.sequence_number);
         if !self.apply(ev) {
             self.unknown_events += 1;
         }
         self.cap.check(self.events - 1)
+    }
+
+    /// A text event given by its fields (as the binding layer reads them off a typed event):
+    /// the same as [`add_event`](Self::add_event) of that event, without building one when it
+    /// is a delta that continues the text the previous delta went to.
+    #[cfg(any(feature = "python", test))]
+    pub(crate) fn add_text_event(&mut self, text: &TextEvent<'_>) -> Result<(), AccumulateError> {
+        let continues = text.field == "delta"
+            && self.run.key.as_ref().is_some_and(|key| {
+                key.kind == text.kind
+                    && key.item_id.as_deref() == text.item_id
+                    && key.output_index == text.output_index
+                    && key.content_index == text.content_index
+                    && key.summary_index == text.summary_index
+            });
+        if !continues {
+            return self.add_event(&text.event());
+        }
+        self.events += 1;
+        self.sequence(text.sequence_number);
+        if self
+            .cap
+            .admits(self.run.base + self.run.text.len(), text.text.len())
+        {
+            self.run.text.push_str(text.text);
+        }
+        self.cap.check(self.events - 1)
+    }
+
+    /// Records a gap in `sequence_number`s.
+    fn sequence(&mut self, n: Option<u64>) {
+        let Some(n) = n else { return };
+        if let Some(previous) = self.last_sequence {
+            if previous.checked_add(1) != Some(n) {
+                self.warnings.push(format!(
+                    "sequence gap: expected {}, got {n}",
+                    previous.wrapping_add(1)
+                ));
+            }
+        }
+        self.last_sequence = Some(n);
     }
 
     /// Applies one event; false when the event is not used.
@@ -514,5 +594,108 @@ impl ResponseAccumulator {
     /// Events added (every accepted payload but `[DONE]`).
     pub fn events(&self) -> u64 {
         self.events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `data` of each SSE event in a recording (blocks split on blank lines).
+    fn payloads(text: &str) -> Vec<String> {
+        text.replace("\r\n", "\n")
+            .split("\n\n")
+            .filter_map(|block| {
+                let data: Vec<&str> = block
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data:"))
+                    .map(|value| value.strip_prefix(' ').unwrap_or(value))
+                    .collect();
+                (!data.is_empty()).then(|| data.join("\n"))
+            })
+            .collect()
+    }
+
+    /// What the binding layer reads off a typed text event, taken here from its JSON.
+    fn text_event<'a>(ev: &'a StreamEvent<'a>) -> Option<TextEvent<'a>> {
+        let kind = ev.kind();
+        let field = text_field(kind)?;
+        let text = match field {
+            "delta" => ev.delta.as_ref(),
+            "text" => ev.text.as_ref(),
+            "refusal" => ev.refusal.as_ref(),
+            "arguments" => ev.arguments.as_ref(),
+            "input" => ev.input.as_ref(),
+            "transcript" => ev.transcript.as_ref(),
+            _ => None,
+        }?;
+        Some(TextEvent {
+            kind,
+            field,
+            text: &text.0,
+            item_id: ev.item_id.as_ref().map(|s| &*s.0),
+            output_index: ev.output_index,
+            content_index: ev.content_index,
+            summary_index: ev.summary_index,
+            sequence_number: ev.sequence_number,
+        })
+    }
+
+    /// Text events added field by field (as `add()` of a typed event does) leave the very
+    /// state `add_json` leaves, on every Responses recording and with a text cap that bites.
+    #[test]
+    fn text_events_by_field_equal_add_json_on_the_corpus() {
+        let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let dir = [
+            std::env::var_os("RAPIDSSE_CORPUS").map(std::path::PathBuf::from),
+            Some(manifest.join("tests/corpus")),
+            Some(manifest.join("../shared/corpus")),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|root| root.join("responses"))
+        .find(|dir| dir.is_dir())
+        .expect("corpus directory; set RAPIDSSE_CORPUS");
+        let mut by_field = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for cap in [None, Some(40)] {
+                let mut reference = ResponseAccumulator::with_text_cap(cap);
+                let mut fieldwise = ResponseAccumulator::with_text_cap(cap);
+                for payload in payloads(&text) {
+                    let expected = reference
+                        .add_json(payload.as_bytes())
+                        .map_err(|e| e.to_string());
+                    let mut ev = StreamEvent::default();
+                    let read = serde_json::from_str::<StreamEvent<'_>>(&payload)
+                        .ok()
+                        .map(|parsed| ev = parsed)
+                        .is_some();
+                    let got = match text_event(&ev).filter(|_| read) {
+                        Some(t) => {
+                            by_field += 1;
+                            fieldwise.add_text_event(&t).map_err(|e| e.to_string())
+                        }
+                        None => fieldwise
+                            .add_json(payload.as_bytes())
+                            .map_err(|e| e.to_string()),
+                    };
+                    assert_eq!(got, expected, "{path:?}: {payload}");
+                }
+                assert_eq!(
+                    fieldwise.snapshot_json(),
+                    reference.snapshot_json(),
+                    "{path:?}"
+                );
+                assert_eq!(fieldwise.warnings(), reference.warnings(), "{path:?}");
+                assert_eq!(fieldwise.events, reference.events);
+                assert_eq!(fieldwise.unknown_events, reference.unknown_events);
+            }
+        }
+        assert!(
+            by_field > 1000,
+            "few text events in the corpus ({by_field})"
+        );
     }
 }

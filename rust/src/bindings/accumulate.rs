@@ -2,16 +2,14 @@
 //! per event) and `add_json(payload)` for payloads already split (typed events re-encoded, or
 //! Realtime messages). The public classes in `rapidsse.accumulate` wrap these.
 
-use std::borrow::Cow;
-
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use super::framing::framing_error;
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
-    is_text_delta, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
-    ResponseAccumulator, Str, StreamEvent,
+    text_field, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
+    ResponseAccumulator, TextEvent,
 };
 use crate::framing::Framer;
 
@@ -81,7 +79,7 @@ fn text_too_large(py: Python<'_>, err: &AccumulateError) -> PyErr {
 
 /// How each accumulator takes a typed event.
 trait AddTyped: Accumulate + Sized {
-    fn add_typed(&mut self, _classes: &mut DeltaClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn add_typed(&mut self, _classes: &mut TextClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
         add_encoded(self, event)
     }
 }
@@ -90,25 +88,23 @@ impl AddTyped for ChatAccumulator {}
 impl AddTyped for RealtimeAccumulator {}
 
 impl AddTyped for ResponseAccumulator {
-    /// Text deltas, the bulk of a stream, are read field by field (no JSON round trip);
-    /// other events go by their JSON. Both give the same result.
-    fn add_typed(&mut self, classes: &mut DeltaClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
-        if let Some(class) = classes.get(&event.get_type()) {
-            if let Some(fields) = DeltaFields::read(event, class) {
-                if let Some(ev) = fields.event(&class.kind) {
-                    return match self.add_event(&ev) {
-                        Ok(()) => Ok(()),
-                        Err(err) => Err(text_too_large(event.py(), &err)),
-                    };
-                }
+    /// Text deltas, the bulk of a stream, and the `.done` events that end them are read field
+    /// by field (no JSON round trip); other events go by their JSON. Both give the same result.
+    fn add_typed(&mut self, classes: &mut TextClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Some(class) = classes.get(event) {
+            if let Some(text) = read_text(event, class) {
+                return match self.add_text_event(&text) {
+                    Ok(()) => Ok(()),
+                    Err(err) => Err(text_too_large(event.py(), &err)),
+                };
             }
         }
         add_encoded(self, event)
     }
 }
 
-/// The fields a text delta may have, in the order of [`DeltaClass::fields`].
-const DELTA_FIELDS: [&str; 5] = [
+/// The fields a text event may have besides its text, in the order of [`TextClass::fields`].
+const TEXT_EVENT_FIELDS: [&str; 5] = [
     "item_id",
     "output_index",
     "content_index",
@@ -116,181 +112,246 @@ const DELTA_FIELDS: [&str; 5] = [
     "sequence_number",
 ];
 
-/// One field of a Struct class, read through its slot descriptor's own `__get__` (what
-/// `getattr` ends up calling, without the attribute lookup on the way).
+/// The head of CPython's `PyMemberDescrObject` (`PyDescr_COMMON` then the `PyMemberDef`),
+/// unchanged from 3.3 through 3.14. Only read on the CPython versions [`direct_reads`] admits.
+#[repr(C)]
+struct MemberDescr {
+    ob_base: pyo3::ffi::PyObject,
+    d_type: *mut pyo3::ffi::PyTypeObject,
+    d_name: *mut pyo3::ffi::PyObject,
+    d_qualname: *mut pyo3::ffi::PyObject,
+    d_member: *const pyo3::ffi::PyMemberDef,
+}
+
+/// Whether this interpreter's member descriptors have the layout of [`MemberDescr`]: CPython
+/// 3.10 to 3.14. Elsewhere typed text events go by their JSON.
+fn direct_reads(py: Python<'_>) -> bool {
+    let cpython = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("implementation"))
+        .and_then(|i| i.getattr("name"))
+        .and_then(|n| n.extract::<String>())
+        .is_ok_and(|name| name == "cpython");
+    let v = py.version_info();
+    cpython && v.major == 3 && (10..=14).contains(&v.minor)
+}
+
+/// One field of a Struct class, read straight from the instance's memory at the offset its
+/// slot descriptor gives (what the descriptor's own getter does, without a call, a reference
+/// count or an exception for an unset field).
+#[derive(Clone, Copy)]
 struct Slot {
-    descr: Py<PyAny>,
-    get: pyo3::ffi::descrgetfunc,
+    offset: usize,
 }
 
 impl Slot {
-    /// The descriptor of `name` in `cls`, if it is a plain slot (msgspec Struct fields are).
-    fn of(cls: &Bound<'_, PyType>, name: &str) -> Option<Slot> {
+    /// The slot of `name` in `cls`, if it is a plain object slot (msgspec Struct fields are),
+    /// checked against `instance` (an instance of exactly `cls`): the value read at the offset
+    /// must be the very object `getattr` returns.
+    fn of(cls: &Bound<'_, PyType>, name: &str, instance: &Bound<'_, PyAny>) -> Option<Slot> {
+        let py = cls.py();
         let descr = cls.getattr(name).ok()?;
         if descr.get_type().name().ok()?.to_str().ok()? != "member_descriptor" {
             return None;
         }
-        // SAFETY: `descr` is alive; `PyType_GetSlot` on its (static, since 3.10 allowed) type
-        // returns its `tp_descr_get`, or NULL.
-        let get = unsafe {
-            let f = pyo3::ffi::PyType_GetSlot(
-                pyo3::ffi::Py_TYPE(descr.as_ptr()),
-                pyo3::ffi::Py_tp_descr_get,
-            );
-            if f.is_null() {
+        let basicsize: usize = cls
+            .getattr(pyo3::intern!(py, "__basicsize__"))
+            .ok()?
+            .extract()
+            .ok()?;
+        // SAFETY: `descr` is a live member descriptor, whose layout on the interpreters
+        // `direct_reads` admits is `MemberDescr`; `d_member` points to its static `PyMemberDef`.
+        let offset = unsafe {
+            let member = (*descr.as_ptr().cast::<MemberDescr>()).d_member;
+            if member.is_null() || (*member).name.is_null() {
                 return None;
             }
-            std::mem::transmute::<*mut std::os::raw::c_void, pyo3::ffi::descrgetfunc>(f)
+            let member = &*member;
+            if std::ffi::CStr::from_ptr(member.name).to_bytes() != name.as_bytes()
+                || member.type_code != pyo3::ffi::Py_T_OBJECT_EX
+                || member.flags & pyo3::ffi::Py_RELATIVE_OFFSET != 0
+            {
+                return None;
+            }
+            usize::try_from(member.offset).ok()?
         };
-        Some(Slot {
-            descr: descr.unbind(),
-            get,
-        })
+        let size = std::mem::size_of::<*mut pyo3::ffi::PyObject>();
+        if offset < std::mem::size_of::<pyo3::ffi::PyObject>() || offset + size > basicsize {
+            return None;
+        }
+        let slot = Slot { offset };
+        let expected = instance.getattr(name).ok();
+        // SAFETY: `instance` is an instance of exactly `cls`, and `offset` lies in its fixed part.
+        let read = unsafe { slot.read(instance) };
+        match (read, expected) {
+            (Some(r), Some(e)) if r.as_ptr() == e.as_ptr() => Some(slot),
+            _ => None,
+        }
     }
 
-    /// The field's value on `obj`, an instance of exactly the class the slot came from.
+    /// The field's value on `obj`, borrowed from it; None when the field is unset.
+    ///
+    /// # Safety
+    /// `obj` must be an instance of exactly the class the slot came from.
     #[inline]
-    fn read<'py>(&self, obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
-        let py = obj.py();
-        // SAFETY: the descriptor's own getter, called as `getattr` would call it: on an
-        // instance of its class (the caller matched the exact type) with that type; it
-        // returns a new reference or NULL with an exception set (cleared here).
-        unsafe {
-            let value = (self.get)(
-                self.descr.as_ptr(),
-                obj.as_ptr(),
-                pyo3::ffi::Py_TYPE(obj.as_ptr()).cast(),
-            );
-            match Bound::from_owned_ptr_or_opt(py, value) {
-                Some(v) => Some(v),
-                None => {
-                    let _ = PyErr::take(py);
-                    None
-                }
-            }
-        }
+    unsafe fn read<'a, 'py>(&self, obj: &'a Bound<'py, PyAny>) -> Option<Borrowed<'a, 'py, PyAny>> {
+        let value = *obj
+            .as_ptr()
+            .cast::<u8>()
+            .add(self.offset)
+            .cast::<*mut pyo3::ffi::PyObject>();
+        Borrowed::from_ptr_or_opt(obj.py(), value)
     }
 }
 
-/// A Responses text delta class: its wire type and the slots of `delta` and of each of
-/// [`DELTA_FIELDS`] it has.
-struct DeltaClass {
+/// A Responses text event class (see `text_field`): its wire type, the name and slot of its
+/// text field, and the slots of each of [`TEXT_EVENT_FIELDS`] it has.
+struct TextClass {
     kind: String,
-    delta: Slot,
+    field: &'static str,
+    text: Slot,
     fields: [Option<Slot>; 5],
 }
 
-/// Per event class, looked up once: is it a text delta, and its shape.
-#[derive(Default)]
-struct DeltaClasses {
-    seen: Vec<(Py<PyType>, Option<DeltaClass>)>,
+impl TextClass {
+    /// The class of `event` if it is a text event class whose fields can all be read directly.
+    fn of(cls: &Bound<'_, PyType>, event: &Bound<'_, PyAny>) -> Option<TextClass> {
+        let py = cls.py();
+        if !direct_reads(py) {
+            return None;
+        }
+        let kind = cls
+            .getattr(pyo3::intern!(py, "__struct_config__"))
+            .and_then(|c| c.getattr(pyo3::intern!(py, "tag")))
+            .and_then(|t| t.extract::<String>())
+            .ok()?;
+        let field = text_field(&kind)?;
+        let fields: Vec<String> = cls
+            .getattr(pyo3::intern!(py, "__struct_fields__"))
+            .and_then(|f| f.extract())
+            .ok()?;
+        let has = |name: &str| fields.iter().any(|f| f == name);
+        if !has(field) {
+            return None;
+        }
+        let text = Slot::of(cls, field, event)?;
+        let mut slots = [None; 5];
+        for (slot, name) in slots.iter_mut().zip(TEXT_EVENT_FIELDS) {
+            if has(name) {
+                // A field that is not a plain slot: this class goes by its JSON.
+                *slot = Some(Slot::of(cls, name, event)?);
+            }
+        }
+        Some(TextClass {
+            kind,
+            field,
+            text,
+            fields: slots,
+        })
+    }
 }
 
-impl DeltaClasses {
-    fn get(&mut self, cls: &Bound<'_, PyType>) -> Option<&DeltaClass> {
-        let position = match self.seen.iter().position(|(c, _)| c.is(cls)) {
-            Some(p) => p,
-            None => {
-                let py = cls.py();
-                let tag = cls
-                    .getattr(pyo3::intern!(py, "__struct_config__"))
-                    .and_then(|c| c.getattr(pyo3::intern!(py, "tag")))
-                    .and_then(|t| t.extract::<String>())
-                    .ok()
-                    .filter(|tag| is_text_delta(tag));
-                let fields: Vec<String> = cls
-                    .getattr(pyo3::intern!(py, "__struct_fields__"))
-                    .and_then(|f| f.extract())
-                    .unwrap_or_default();
-                let has = |name: &str| fields.iter().any(|f| f == name);
-                let class = (|| {
-                    let kind = tag?;
-                    let delta = Slot::of(cls, "delta").filter(|_| has("delta"))?;
-                    let mut slots = [None, None, None, None, None];
-                    for (slot, name) in slots.iter_mut().zip(DELTA_FIELDS) {
-                        if has(name) {
-                            // A field that is not a plain slot: this class goes by its JSON.
-                            *slot = Some(Slot::of(cls, name)?);
-                        }
-                    }
-                    Some(DeltaClass {
-                        kind,
-                        delta,
-                        fields: slots,
-                    })
-                })();
-                self.seen.push((cls.clone().unbind(), class));
-                self.seen.len() - 1
-            }
+/// Per event class, looked up once: is it a text event, and its shape. Keyed by the type
+/// object's address; the classes are kept alive here, so an address is never reused.
+#[derive(Default)]
+struct TextClasses {
+    seen: Vec<(Py<PyType>, Option<TextClass>)>,
+    last: usize,
+}
+
+impl TextClasses {
+    fn get(&mut self, event: &Bound<'_, PyAny>) -> Option<&TextClass> {
+        let cls = unsafe { pyo3::ffi::Py_TYPE(event.as_ptr()) };
+        let hit = |c: &Py<PyType>| c.as_ptr().cast() == cls;
+        let position = match self.seen.get(self.last) {
+            Some((c, _)) if hit(c) => self.last,
+            _ => match self.seen.iter().position(|(c, _)| hit(c)) {
+                Some(p) => p,
+                None => {
+                    let cls = event.get_type();
+                    let class = TextClass::of(&cls, event);
+                    self.seen.push((cls.unbind(), class));
+                    self.seen.len() - 1
+                }
+            },
         };
+        self.last = position;
         self.seen[position].1.as_ref()
     }
 }
 
-/// A text delta's fields, read straight off the typed event and borrowed from it.
-struct DeltaFields<'py> {
-    delta: Bound<'py, PyString>,
-    item_id: Option<Bound<'py, PyString>>,
-    indices: [Option<u64>; 4],
+/// A str's UTF-8, borrowed; None for anything else (or a str with lone surrogates).
+#[inline]
+fn exact_str<'a>(value: Borrowed<'a, '_, PyAny>) -> Option<&'a str> {
+    // SAFETY: an exact str's UTF-8 buffer lives as long as the str, which outlives `'a`.
+    unsafe {
+        if pyo3::ffi::PyUnicode_CheckExact(value.as_ptr()) == 0 {
+            return None;
+        }
+        let mut size: pyo3::ffi::Py_ssize_t = 0;
+        let data = pyo3::ffi::PyUnicode_AsUTF8AndSize(value.as_ptr(), &mut size);
+        if data.is_null() {
+            let _ = PyErr::take(value.py());
+            return None;
+        }
+        let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size as usize);
+        Some(std::str::from_utf8_unchecked(bytes))
+    }
 }
 
-impl<'py> DeltaFields<'py> {
-    /// `None` when a field is not of the plain shape its JSON would have (then the event goes
-    /// the re-encoding way).
-    fn read(event: &Bound<'py, PyAny>, class: &DeltaClass) -> Option<DeltaFields<'py>> {
-        let delta = class.delta.read(event)?.cast_into::<PyString>().ok()?;
-        let [item_id, output, content, summary, sequence] = &class.fields;
-        let item_id = match item_id {
-            Some(slot) => {
-                let value = slot.read(event)?;
-                if value.is_none() {
-                    None
-                } else {
-                    Some(value.cast_into::<PyString>().ok()?)
-                }
-            }
-            None => None,
-        };
-        let index = |slot: &Option<Slot>| -> Option<Option<u64>> {
-            let Some(slot) = slot else {
-                return Some(None);
-            };
-            let value = slot.read(event)?;
-            if value.is_none() {
-                return Some(None);
-            }
-            value.extract::<u64>().ok().map(Some)
-        };
-        let indices = [
-            index(output)?,
-            index(content)?,
-            index(summary)?,
-            index(sequence)?,
-        ];
-        Some(DeltaFields {
-            delta,
-            item_id,
-            indices,
-        })
+/// None (the outer Option) when the value is not None or an exact non-negative int.
+#[inline]
+fn optional_index(value: Borrowed<'_, '_, PyAny>) -> Option<Option<u64>> {
+    if value.is_none() {
+        return Some(None);
     }
+    // SAFETY: `value` is a live object; an exact int converts without running Python code.
+    unsafe {
+        if pyo3::ffi::PyLong_CheckExact(value.as_ptr()) == 0 {
+            return None;
+        }
+        let n = pyo3::ffi::PyLong_AsUnsignedLongLong(value.as_ptr());
+        if n == u64::MAX && !pyo3::ffi::PyErr_Occurred().is_null() {
+            let _ = PyErr::take(value.py());
+            return None;
+        }
+        Some(Some(n))
+    }
+}
 
-    /// The event as `add_json` would have read it from its JSON.
-    fn event<'s>(&'s self, kind: &'s str) -> Option<StreamEvent<'s>> {
-        let [output_index, content_index, summary_index, sequence_number] = self.indices;
-        Some(StreamEvent {
-            kind: Some(Str(Cow::Borrowed(kind))),
-            delta: Some(Str(Cow::Borrowed(self.delta.to_str().ok()?))),
-            item_id: match &self.item_id {
-                Some(s) => Some(Str(Cow::Borrowed(s.to_str().ok()?))),
-                None => None,
-            },
-            output_index,
-            content_index,
-            summary_index,
-            sequence_number,
-            ..StreamEvent::default()
-        })
-    }
+/// A text event's fields, read straight off the typed event and borrowed from it; `None`
+/// when a field is unset or not of the plain shape its JSON would have (then the event goes
+/// the re-encoding way).
+fn read_text<'a>(event: &'a Bound<'_, PyAny>, class: &'a TextClass) -> Option<TextEvent<'a>> {
+    // SAFETY: the caller matched `event`'s exact class to the one the slots came from.
+    let read = |slot: &Slot| unsafe { slot.read(event) };
+    let text = exact_str(read(&class.text)?)?;
+    let [item_id, output, content, summary, sequence] = &class.fields;
+    let item_id = match item_id {
+        Some(slot) => {
+            let value = read(slot)?;
+            if value.is_none() {
+                None
+            } else {
+                Some(exact_str(value)?)
+            }
+        }
+        None => None,
+    };
+    let index = |slot: &Option<Slot>| match slot {
+        Some(slot) => optional_index(read(slot)?),
+        None => Some(None),
+    };
+    Some(TextEvent {
+        kind: &class.kind,
+        field: class.field,
+        text,
+        item_id,
+        output_index: index(output)?,
+        content_index: index(content)?,
+        summary_index: index(summary)?,
+        sequence_number: index(sequence)?,
+    })
 }
 
 /// One rejected payload, for the Python side to raise or keep:
@@ -329,6 +390,10 @@ fn limit_of<'py>(py: Python<'py>, err: &AccumulateError) -> PyResult<Bound<'py, 
     })
 }
 
+/// A payload the accumulator refused: the error, the event's index, its SSE name, its offset and
+/// the payload.
+type Refused = (AccumulateError, u64, Vec<u8>, u64, Vec<u8>);
+
 /// Frames `data` and adds every payload; returns the rejected ones (None when all went in).
 fn tap<'py, A: Accumulate + Send>(
     py: Python<'py>,
@@ -337,7 +402,7 @@ fn tap<'py, A: Accumulate + Send>(
     data: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
     with_bytes(data, |bytes| {
-        let mut rejected: Vec<(AccumulateError, u64, Vec<u8>, u64, Vec<u8>)> = Vec::new();
+        let mut rejected: Vec<Refused> = Vec::new();
         // Large chunks are worth letting other Python threads run meanwhile.
         let framed = if bytes.len() >= 64 * 1024 {
             py.detach(|| framer.feed(bytes, |e| add(acc, &mut rejected, &e)))
@@ -364,11 +429,7 @@ fn tap<'py, A: Accumulate + Send>(
     })
 }
 
-fn add<A: Accumulate>(
-    acc: &mut A,
-    rejected: &mut Vec<(AccumulateError, u64, Vec<u8>, u64, Vec<u8>)>,
-    e: &crate::framing::RawEvent<'_>,
-) {
+fn add<A: Accumulate>(acc: &mut A, rejected: &mut Vec<Refused>, e: &crate::framing::RawEvent<'_>) {
     if let Err(err) = acc.add_json(e.data) {
         rejected.push((err, e.index, e.event.to_vec(), e.offset, e.data.to_vec()));
     }
@@ -381,7 +442,7 @@ macro_rules! accumulator_core {
         pub struct $name {
             acc: $inner,
             framer: Framer,
-            delta_classes: DeltaClasses,
+            text_classes: TextClasses,
         }
 
         #[pymethods]
@@ -392,7 +453,7 @@ macro_rules! accumulator_core {
                 $name {
                     acc: <$inner>::with_text_cap(max_event_size),
                     framer: Framer::new(max_event_size),
-                    delta_classes: DeltaClasses::default(),
+                    text_classes: TextClasses::default(),
                 }
             }
 
@@ -420,7 +481,7 @@ macro_rules! accumulator_core {
 
             /// A typed event (from `iter_events` / `decode_realtime`).
             fn add(&mut self, event: &Bound<'_, PyAny>) -> PyResult<()> {
-                self.acc.add_typed(&mut self.delta_classes, event)
+                self.acc.add_typed(&mut self.text_classes, event)
             }
 
             /// Ends the framed stream (an unfinished event is discarded).
