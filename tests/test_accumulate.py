@@ -68,6 +68,7 @@ def test_response_equals_server_final_response(path):
         added.add(event)
     assert added.response == final
     assert added.output_text == acc.output_text
+    assert (added.warnings, added.events, added.unknown_events) == (acc.warnings, acc.events, acc.unknown_events)
     expected_text = "".join(
         part.text for item in final.output if item.type == "message"
         for part in item.content if part.type == "output_text"
@@ -308,3 +309,94 @@ def test_realtime_avatar_response_done_with_inf_and_add_typed():
         cut.feed(m)
     assert cut.responses["r"].output[0].content[0].text == "Hello"
     assert cut.responses["r"].status == "in_progress"
+
+
+# --- the Struct walk behind add() (Rust backend) ----------------------------------------------
+
+
+def _walk_agrees(native, obj) -> bool:
+    """The extension's walk of `obj` equals msgspec's encoding of it, parsed (same keys in the
+    same order); False when the walk declines it."""
+    walked = native._struct_json(obj)
+    if walked is None:
+        return False
+    expected = json.loads(msgspec.json.encode(obj))
+    got = json.loads(walked)
+    assert got == expected
+    assert list(got) == list(expected)
+    return True
+
+
+def test_struct_walk_equals_msgspec_encoding_on_the_corpus():
+    from .conftest import native
+
+    if native is None:
+        pytest.skip("the compiled extension is not built")
+    walked = 0
+    for protocol in ("responses", "chat"):
+        for path in corpus_files(protocol):
+            for event in rapidsse.iter_events([path.read_bytes()], protocol=protocol, on_error="skip"):
+                walked += _walk_agrees(native, event)
+    for path in corpus_files("realtime"):
+        for line in path.read_bytes().splitlines():
+            if line.strip():
+                try:
+                    walked += _walk_agrees(native, rapidsse.decode_realtime(line))
+                except DecodeError:
+                    pass
+    assert walked > 3000
+
+
+def test_struct_walk_mirrors_msgspec_options_and_declines_the_rest():
+    from .conftest import native
+
+    if native is None:
+        pytest.skip("the compiled extension is not built")
+
+    class Inner(msgspec.Struct, omit_defaults=True, tag_field="kind", tag="inner"):
+        x: int = 0
+
+    class Plain(msgspec.Struct):
+        a: int = 1
+
+    class S(msgspec.Struct, omit_defaults=True, rename={"b": "bee"}):
+        a: str = "xy"
+        b: float = 1.5
+        c: list = msgspec.field(default_factory=list)
+        d: dict = msgspec.field(default_factory=dict)
+        e: tuple = ()
+        f: object = None
+        g: object = msgspec.UNSET
+        h: list = msgspec.field(default_factory=lambda: [1])
+
+    cases = [
+        S(),
+        S(a="".join(["x", "y"]), b=float("1.5"), c=[], d={}, e=(), f=None, h=[1]),  # equal, not identical
+        S(c=[1, 2.5, None, True, "s"], d={"k": [Inner(x=3), Plain()]}, e=(1, (2, [3])), f=-(2**63), h=[]),
+        S(b=float("nan"), f=float("-inf"), a="é😀", c=[2**64 - 1, -1, 0.1]),
+        S(f={"nested": {"deep": [{"a": Inner()}]}}, g=5),
+        Plain(),
+        Inner(),
+    ]
+    for case in cases:
+        assert _walk_agrees(native, case), case
+
+    class Sub(str):
+        pass
+
+    class Odd(msgspec.Struct):
+        v: object = None
+
+    assert _walk_agrees(native, Odd(v=msgspec.UNSET))  # an UNSET field is left out
+    # What the walk does not mirror goes the encoding way (which may then refuse it).
+    for value in (2**64, -(2**63) - 1, b"x", Sub("x"), {1: "a"}, {"a"}, [msgspec.UNSET]):
+        assert native._struct_json(Odd(v=value)) is None, value
+
+    class Array(msgspec.Struct, array_like=True):
+        a: int = 1
+
+    assert native._struct_json(Array()) is None
+    deep: object = 1
+    for _ in range(100):
+        deep = [deep]
+    assert native._struct_json(Odd(v=deep)) is None

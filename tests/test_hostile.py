@@ -702,3 +702,77 @@ def test_text_cap_backends_agree(steps, cap, protocol, data):
         results.append((out, acc_state(acc)))
     assert all(r == results[0] for r in results)
     assert not any("line without line end" in e[0] or "payload of" in e[0] for e in results[0][0])
+
+
+# --- add(): typed events read off the Struct give what their JSON gives -----------------------
+
+
+def _odd_variants(event):
+    """Copies of a typed event with one read field set to a value its JSON path must judge:
+    wrong types, out-of-range numbers, str subclasses, NaN, UNSET."""
+    class Str(str):
+        pass
+
+    odd = [None, -1, 2**64, 1.5, float("nan"), "7", Str("x"), True, [], {"a": 1}, msgspec.UNSET, b"x"]
+    for field in event.__struct_fields__:
+        for value in odd:
+            copy = msgspec.structs.replace(event)
+            try:
+                setattr(copy, field, value)
+            except (AttributeError, TypeError):
+                continue
+            yield field, value, copy
+
+
+def _added(backend, events, via_json):
+    """The state after adding `events` by add(), or by add_json() of their encoding (the
+    reference), with what each refused."""
+    acc = accumulator(backend, ResponseAccumulator, on_error="skip")
+    refused = []
+    for event in events:
+        try:
+            if via_json:
+                acc.add_json(msgspec.json.encode(event))
+            else:
+                acc.add(event)
+        except (TypeError, ValueError, OverflowError) as exc:  # what msgspec cannot write
+            refused.append(type(exc).__name__)
+        except SSEError as exc:
+            refused.append(type(exc).__name__)
+    return acc_state(acc), refused
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_add_reads_odd_field_values_as_their_json_would(backend):
+    """Every read field of a text delta, a text .done, an item, a part and a lifecycle event set
+    to values a gateway's own code might put there: add() (which reads text events field by
+    field and walks the others on the Rust backend) leaves the state add_json(encode(event))
+    leaves, refusing what it refuses."""
+    path = corpus_files("responses")[-1]
+    events = list(rapidsse.iter_events([path.read_bytes()]))
+    picks = {}
+    for event in events:
+        kind = event.type
+        for group in (".delta", "text.done", "output_item.done", "content_part.done", "response.completed"):
+            if kind.endswith(group) and group not in picks:
+                picks[group] = event
+    assert len(picks) == 5, sorted(picks)
+    tried = 0
+    for group, event in picks.items():
+        prefix = events[: events.index(event)]
+        for field, value, odd in _odd_variants(event):
+            try:
+                msgspec.json.encode(odd)
+            except (TypeError, ValueError, OverflowError):
+                # Not an event msgspec could have decoded. The Rust add() reads only the fields
+                # a text event's accumulation uses, so it may accept one that encoding refuses
+                # (documented); the reference cannot say more.
+                continue
+            stream = prefix + [odd]
+            by_add = _added(backend, stream, via_json=False)
+            by_json = _added(backend, stream, via_json=True)
+            # The states agree; add() raises DecodeError where add_json(on_error="skip") drops.
+            assert by_add[0] == by_json[0], (group, field, value)
+            assert [r for r in by_add[1] if r != "DecodeError"] == by_json[1], (group, field, value)
+            tried += 1
+    assert tried > 100

@@ -28,7 +28,7 @@ from . import chat, realtime, responses
 from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
 from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _check_size, _chunks, _finished
-from .errors import DecodeError, EventTooLarge
+from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
 
 __all__ = [
@@ -233,7 +233,10 @@ class EventStream(Generic[T]):
     """Typed events of a stream, accumulated as they pass: iterate it for the events and read
     :attr:`response` (Responses) / :attr:`completion` (Chat) at any time, e.g. after the loop.
 
-    The accumulator taps the same bytes the decoder reads (one framing pass each, no re-encoding).
+    Responses streams: each typed event is handed to the accumulator's :meth:`add` (which reads
+    text events field by field and walks the others, no re-encoding). Chat streams: the
+    accumulator taps the same bytes the decoder reads (a chunk's JSON is cheaper to read than its
+    typed object).
     """
 
     def __init__(self, source: Any, protocol: str, on_error: OnError, max_event_size: Union[int, None],
@@ -243,8 +246,38 @@ class EventStream(Generic[T]):
                                      raise_on_error_event=raise_on_error_event)
         acc_type = ResponseAccumulator if protocol == "responses" else ChatAccumulator
         self.accumulator: Any = acc_type(on_error="skip", max_event_size=max_event_size)
+        self._step = self._step_adding if protocol == "responses" else self._step_tapping
 
-    def _step(self, chunk: Bytes) -> list[Any]:
+    def _step_adding(self, chunk: Bytes) -> list[Any]:
+        try:
+            events = self._decoder.feed(chunk)
+        except SSEError as exc:
+            # The events completed before the error are handed out (by drain), so added too; the
+            # decoder's error is the one raised.
+            try:
+                self._add_all(exc.events)
+            except EventTooLarge:
+                pass
+            raise
+        self._add_all(events)
+        return events
+
+    def _add_all(self, events: list[Any]) -> None:
+        """Adds every event; a text past the cap raises after all were added, carrying them
+        (so that they are still handed out)."""
+        add = self.accumulator.add
+        refused: Union[EventTooLarge, None] = None
+        for event in events:
+            try:
+                add(event)
+            except EventTooLarge as exc:
+                if refused is None:
+                    refused = exc
+        if refused is not None:
+            refused.events = events
+            raise refused
+
+    def _step_tapping(self, chunk: Bytes) -> list[Any]:
         try:
             self.accumulator.feed(chunk)
         except EventTooLarge as exc:

@@ -394,17 +394,37 @@ def _tap(chunks: list[bytes]) -> int:
     return acc.events
 
 
+def _typed_iterated(chunks: list[bytes]) -> int:
+    """Iterating the typed events of a Responses stream, as a user does: ``for event in
+    iter_events(...)``."""
+    n = 0
+    for _ in decoding.iter_events(chunks):
+        n += 1
+    return n
+
+
 def _typed_add(chunks: list[bytes]) -> int:
-    """Typed events from an EventDecoder, each added to a ResponseAccumulator, then the Response."""
+    """The same iteration, each event added to a ResponseAccumulator, then the Response."""
     from .accumulate import ResponseAccumulator
 
-    decoder, acc = EventDecoder("responses"), ResponseAccumulator()
-    feed, add = decoder.feed, acc.add
-    for chunk in chunks:
-        for event in feed(chunk):
-            add(event)
+    acc = ResponseAccumulator()
+    add = acc.add
+    for event in decoding.iter_events(chunks):
+        add(event)
     assert acc.response is not None
     return acc.events
+
+
+def _stream_responses(chunks: list[bytes]) -> int:
+    """The convenience: ``stream_responses`` iterated, then its Response."""
+    from .accumulate import stream_responses
+
+    stream = stream_responses(chunks)
+    n = 0
+    for _ in stream:
+        n += 1
+    assert stream.response is not None
+    return n
 
 
 def _sdk_final_response(chunks: list[bytes]) -> int:
@@ -505,8 +525,11 @@ def contenders(group: str) -> list[Contender]:
     if group == ACCUMULATE:
         return [
             Contender("rapidsse rust, tap (feed bytes)", _tap, _RUST),
-            Contender("rapidsse rust, typed events only", functools.partial(_typed_rust, "responses"), _RUST),
-            Contender("rapidsse rust, typed events + add()", _typed_add, _RUST),
+            Contender("rapidsse rust, typed events counted (as in the typed group)",
+                      functools.partial(_typed_rust, "responses"), _RUST),
+            Contender("rapidsse rust, for event in iter_events()", _typed_iterated, _RUST),
+            Contender("rapidsse rust, for event in iter_events(): add(event)", _typed_add, _RUST),
+            Contender("rapidsse rust, stream_responses()", _stream_responses, _RUST),
             Contender("rapidsse python, tap", _tap_python),
             Contender("openai SDK, responses.stream + get_final_response", _sdk_final_response, _SDK),
         ]

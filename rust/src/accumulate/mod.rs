@@ -317,13 +317,11 @@ pub(crate) fn error_warning(message: Option<&Value>) -> String {
 /// The warning for an `error` event: the `message` of its `error` object (Realtime), else
 /// its own `message` (the flat Responses API event).
 pub(crate) fn event_error_warning(ev: &StreamEvent<'_>) -> String {
-    let nested = raw_object(ev.error)
+    let nested = ev
+        .object("error")
         .and_then(|mut e| e.remove("message"))
         .filter(Value::is_string);
-    let flat = || {
-        ev.message
-            .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
-    };
+    let flat = || ev.value("message");
     error_warning(nested.or_else(flat).as_ref())
 }
 
@@ -983,9 +981,105 @@ pub(crate) struct StreamEvent<'a> {
     /// The `message` of a flat `error` event (Responses API).
     #[serde(borrow)]
     pub message: Option<&'a RawValue>,
+    /// The event's other read fields (the eight kept as raw JSON above), given as values already
+    /// built instead (see [`StreamEvent::from_value`]); then the raw fields are all `None`.
+    /// [`StreamEvent::value`] takes each out (no copy): every raw field is read once at most.
+    #[serde(skip)]
+    pub built: Option<Box<std::cell::RefCell<Map<String, Value>>>>,
+}
+
+/// The fields of [`StreamEvent`] kept as raw JSON until used.
+#[cfg(any(feature = "python", test))]
+const RAW_FIELDS: [&str; 8] = [
+    "code",
+    "item",
+    "part",
+    "response",
+    "annotation",
+    "error",
+    "usage",
+    "message",
+];
+
+#[cfg(any(feature = "python", test))]
+impl StreamEvent<'static> {
+    /// The event whose JSON parses to `map` (for an event given as a value, e.g. a typed
+    /// Python event walked field by field): what `add_json` of that JSON would read, or `None`
+    /// when a read field has a type serde would refuse (then the JSON path must decide).
+    pub(crate) fn from_value(mut map: Map<String, Value>) -> Option<StreamEvent<'static>> {
+        fn text(map: &mut Map<String, Value>, key: &str) -> Option<Option<Str<'static>>> {
+            match map.remove(key) {
+                None | Some(Value::Null) => Some(None),
+                Some(Value::String(s)) => Some(Some(Str(Cow::Owned(s)))),
+                Some(_) => None,
+            }
+        }
+        fn index(map: &mut Map<String, Value>, key: &str) -> Option<Option<u64>> {
+            match map.remove(key) {
+                None | Some(Value::Null) => Some(None),
+                Some(value) => value.as_u64().map(Some),
+            }
+        }
+        let ev = StreamEvent {
+            kind: text(&mut map, "type")?,
+            sequence_number: index(&mut map, "sequence_number")?,
+            item_id: text(&mut map, "item_id")?,
+            response_id: text(&mut map, "response_id")?,
+            output_index: index(&mut map, "output_index")?,
+            content_index: index(&mut map, "content_index")?,
+            summary_index: index(&mut map, "summary_index")?,
+            annotation_index: index(&mut map, "annotation_index")?,
+            delta: text(&mut map, "delta")?,
+            text: text(&mut map, "text")?,
+            refusal: text(&mut map, "refusal")?,
+            arguments: text(&mut map, "arguments")?,
+            input: text(&mut map, "input")?,
+            transcript: text(&mut map, "transcript")?,
+            name: text(&mut map, "name")?,
+            call_id: text(&mut map, "call_id")?,
+            ..StreamEvent::default()
+        };
+        // Only the raw fields stay, a null one absent (serde reads it as `None`).
+        map.retain(|key, value| RAW_FIELDS.contains(&key.as_str()) && !value.is_null());
+        Some(StreamEvent {
+            built: Some(Box::new(std::cell::RefCell::new(map))),
+            ..ev
+        })
+    }
 }
 
 impl<'a> StreamEvent<'a> {
+    /// The raw field `name` (one of [`RAW_FIELDS`]) as a value. An event's appliers read each
+    /// raw field once at most, so a built value is taken out, not copied.
+    pub(crate) fn value(&self, name: &str) -> Option<Value> {
+        if let Some(built) = &self.built {
+            return built.borrow_mut().remove(name);
+        }
+        let raw = match name {
+            "code" => self.code,
+            "item" => self.item,
+            "part" => self.part,
+            "response" => self.response,
+            "annotation" => self.annotation,
+            "error" => self.error,
+            "usage" => self.usage,
+            "message" => self.message,
+            _ => None,
+        }?;
+        match raw_object(Some(raw)) {
+            Some(map) => Some(Value::Object(map)),
+            None => serde_json::from_str::<Value>(raw.get()).ok(),
+        }
+    }
+
+    /// The raw field `name` (one of [`RAW_FIELDS`]) when it is an object.
+    pub(crate) fn object(&self, name: &str) -> Option<Map<String, Value>> {
+        match self.value(name)? {
+            Value::Object(map) => Some(map),
+            _ => None,
+        }
+    }
+
     pub fn kind(&self) -> &str {
         self.kind.as_ref().map_or("", |k| &k.0)
     }
@@ -1005,10 +1099,16 @@ impl<'a> StreamEvent<'a> {
             "arguments" => self.arguments.as_ref().map(|s| Cow::Borrowed(&*s.0)),
             "input" => self.input.as_ref().map(|s| Cow::Borrowed(&*s.0)),
             "transcript" => self.transcript.as_ref().map(|s| Cow::Borrowed(&*s.0)),
-            "code" => self
-                .code
-                .and_then(|raw| serde_json::from_str::<Str<'_>>(raw.get()).ok())
-                .map(|s| s.0),
+            "code" => match &self.built {
+                Some(_) => match self.value("code")? {
+                    Value::String(code) => Some(Cow::Owned(code)),
+                    _ => None,
+                },
+                None => self
+                    .code
+                    .and_then(|raw| serde_json::from_str::<Str<'_>>(raw.get()).ok())
+                    .map(|s| s.0),
+            },
             _ => None,
         }
     }
@@ -1209,7 +1309,7 @@ pub(crate) fn apply_part(
     kind: ItemKind,
     is_done: bool,
 ) -> bool {
-    let Some(part) = raw_object(ev.part) else {
+    let Some(part) = ev.object("part") else {
         return true;
     };
     let part_type = part

@@ -42,8 +42,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    apply_part, apply_text, event_error_warning, raw_object, read_stream_event, AccumulateError,
-    Flavor, ItemKind, ItemStore, StreamEvent, TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP,
+    apply_part, apply_text, event_error_warning, read_stream_event, AccumulateError, Flavor,
+    ItemKind, ItemStore, StreamEvent, TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP,
     FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
@@ -230,7 +230,7 @@ impl RealtimeAccumulator {
         match kind {
             "response.created" | "response.done" => self.lifecycle(ev, kind == "response.done"),
             "response.output_item.added" | "response.output_item.done" => {
-                let Some(item) = raw_object(ev.item) else {
+                let Some(item) = ev.object("item") else {
                     return false;
                 };
                 let r = self.response_for(ev);
@@ -283,7 +283,7 @@ impl RealtimeAccumulator {
     }
 
     fn lifecycle(&mut self, ev: &StreamEvent<'_>, is_done: bool) -> bool {
-        let Some(mut base) = raw_object(ev.response) else {
+        let Some(mut base) = ev.object("response") else {
             return false;
         };
         let id = base
@@ -304,7 +304,7 @@ impl RealtimeAccumulator {
                 Some(Value::Object(usage)) => usage.is_empty(),
                 _ => false,
             };
-            if let (true, Some(usage)) = (empty_usage, raw_object(ev.usage)) {
+            if let (true, Some(usage)) = (empty_usage, ev.object("usage")) {
                 base.insert("usage".to_owned(), Value::Object(usage));
             }
         }

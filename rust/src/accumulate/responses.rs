@@ -52,9 +52,9 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    apply_part, apply_text, event_error_warning, part_mut, raw_object, read_stream_event,
-    AccumulateError, Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextCap, TextSpec,
-    TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
+    apply_part, apply_text, event_error_warning, part_mut, read_stream_event, AccumulateError,
+    Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextCap, TextSpec, TextTarget,
+    DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const OUTPUT_TEXT: TextSpec = TextSpec {
@@ -413,7 +413,7 @@ impl ResponseAccumulator {
                 return self.lifecycle(ev, true)
             }
             "response.output_item.added" | "response.output_item.done" => {
-                let Some(item) = raw_object(ev.item) else {
+                let Some(item) = ev.object("item") else {
                     return false;
                 };
                 if kind.ends_with("added") {
@@ -463,7 +463,7 @@ impl ResponseAccumulator {
     }
 
     fn lifecycle(&mut self, ev: &StreamEvent<'_>, is_final: bool) -> bool {
-        let Some(mut response) = raw_object(ev.response) else {
+        let Some(mut response) = ev.object("response") else {
             return false;
         };
         let output = match response.get_mut("output") {
@@ -493,10 +493,7 @@ impl ResponseAccumulator {
     }
 
     fn annotation(&mut self, ev: &StreamEvent<'_>) -> bool {
-        let Some(annotation) = ev
-            .annotation
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-        else {
+        let Some(annotation) = ev.value("annotation") else {
             return false;
         };
         let p = self.items.resolve(ev.item_ref(), ItemKind::Message);
@@ -641,10 +638,11 @@ mod tests {
         })
     }
 
-    /// Text events added field by field (as `add()` of a typed event does) leave the very
-    /// state `add_json` leaves, on every Responses recording and with a text cap that bites.
+    /// Text events added field by field, and other events as values (as `add()` of a typed
+    /// event does), leave the very state `add_json` leaves, on every Responses recording and
+    /// with a text cap that bites.
     #[test]
-    fn text_events_by_field_equal_add_json_on_the_corpus() {
+    fn typed_paths_equal_add_json_on_the_corpus() {
         let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let dir = [
             std::env::var_os("RAPIDSSE_CORPUS").map(std::path::PathBuf::from),
@@ -657,6 +655,7 @@ mod tests {
         .find(|dir| dir.is_dir())
         .expect("corpus directory; set RAPIDSSE_CORPUS");
         let mut by_field = 0;
+        let mut by_value = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
@@ -672,14 +671,24 @@ mod tests {
                         .ok()
                         .map(|parsed| ev = parsed)
                         .is_some();
+                    let as_value = || match serde_json::from_str::<Value>(&payload) {
+                        Ok(Value::Object(map)) => StreamEvent::from_value(map),
+                        _ => None,
+                    };
                     let got = match text_event(&ev).filter(|_| read) {
                         Some(t) => {
                             by_field += 1;
                             fieldwise.add_text_event(&t).map_err(|e| e.to_string())
                         }
-                        None => fieldwise
-                            .add_json(payload.as_bytes())
-                            .map_err(|e| e.to_string()),
+                        None => match as_value() {
+                            Some(built) => {
+                                by_value += 1;
+                                fieldwise.add_event(&built).map_err(|e| e.to_string())
+                            }
+                            None => fieldwise
+                                .add_json(payload.as_bytes())
+                                .map_err(|e| e.to_string()),
+                        },
                     };
                     assert_eq!(got, expected, "{path:?}: {payload}");
                 }
@@ -696,6 +705,10 @@ mod tests {
         assert!(
             by_field > 1000,
             "few text events in the corpus ({by_field})"
+        );
+        assert!(
+            by_value > 100,
+            "few other events in the corpus ({by_value})"
         );
     }
 }

@@ -4,12 +4,14 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
+use serde_json::Value;
 
 use super::framing::framing_error;
+use super::structs::{direct_reads, exact_str, optional_index, to_value, Slot};
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
     text_field, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
-    ResponseAccumulator, TextEvent,
+    ResponseAccumulator, StreamEvent, TextEvent,
 };
 use crate::framing::Framer;
 
@@ -89,7 +91,9 @@ impl AddTyped for RealtimeAccumulator {}
 
 impl AddTyped for ResponseAccumulator {
     /// Text deltas, the bulk of a stream, and the `.done` events that end them are read field
-    /// by field (no JSON round trip); other events go by their JSON. Both give the same result.
+    /// by field; other schema events are walked into the value their JSON would parse to. No
+    /// JSON round trip either way, and the same result (the JSON way stays for what the walk
+    /// declines: unknown and invalid events, odd values).
     fn add_typed(&mut self, classes: &mut TextClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
         if let Some(class) = classes.get(event) {
             if let Some(text) = read_text(event, class) {
@@ -97,6 +101,17 @@ impl AddTyped for ResponseAccumulator {
                     Ok(()) => Ok(()),
                     Err(err) => Err(text_too_large(event.py(), &err)),
                 };
+            }
+        }
+        let py = event.py();
+        if !event.is_instance(UNKNOWN_EVENT.get(py)?)?
+            && !event.is_instance(INVALID_EVENT.get(py)?)?
+        {
+            // The event as its JSON would parse, walked off the Struct (no encoding, no parse).
+            if let Some(Value::Object(map)) = to_value(event) {
+                if let Some(ev) = StreamEvent::from_value(map) {
+                    return self.add_event(&ev).map_err(|err| text_too_large(py, &err));
+                }
             }
         }
         add_encoded(self, event)
@@ -111,98 +126,6 @@ const TEXT_EVENT_FIELDS: [&str; 5] = [
     "summary_index",
     "sequence_number",
 ];
-
-/// The head of CPython's `PyMemberDescrObject` (`PyDescr_COMMON` then the `PyMemberDef`),
-/// unchanged from 3.3 through 3.14. Only read on the CPython versions [`direct_reads`] admits.
-#[repr(C)]
-struct MemberDescr {
-    ob_base: pyo3::ffi::PyObject,
-    d_type: *mut pyo3::ffi::PyTypeObject,
-    d_name: *mut pyo3::ffi::PyObject,
-    d_qualname: *mut pyo3::ffi::PyObject,
-    d_member: *const pyo3::ffi::PyMemberDef,
-}
-
-/// Whether this interpreter's member descriptors have the layout of [`MemberDescr`]: CPython
-/// 3.10 to 3.14. Elsewhere typed text events go by their JSON.
-fn direct_reads(py: Python<'_>) -> bool {
-    let cpython = py
-        .import("sys")
-        .and_then(|sys| sys.getattr("implementation"))
-        .and_then(|i| i.getattr("name"))
-        .and_then(|n| n.extract::<String>())
-        .is_ok_and(|name| name == "cpython");
-    let v = py.version_info();
-    cpython && v.major == 3 && (10..=14).contains(&v.minor)
-}
-
-/// One field of a Struct class, read straight from the instance's memory at the offset its
-/// slot descriptor gives (what the descriptor's own getter does, without a call, a reference
-/// count or an exception for an unset field).
-#[derive(Clone, Copy)]
-struct Slot {
-    offset: usize,
-}
-
-impl Slot {
-    /// The slot of `name` in `cls`, if it is a plain object slot (msgspec Struct fields are),
-    /// checked against `instance` (an instance of exactly `cls`): the value read at the offset
-    /// must be the very object `getattr` returns.
-    fn of(cls: &Bound<'_, PyType>, name: &str, instance: &Bound<'_, PyAny>) -> Option<Slot> {
-        let py = cls.py();
-        let descr = cls.getattr(name).ok()?;
-        if descr.get_type().name().ok()?.to_str().ok()? != "member_descriptor" {
-            return None;
-        }
-        let basicsize: usize = cls
-            .getattr(pyo3::intern!(py, "__basicsize__"))
-            .ok()?
-            .extract()
-            .ok()?;
-        // SAFETY: `descr` is a live member descriptor, whose layout on the interpreters
-        // `direct_reads` admits is `MemberDescr`; `d_member` points to its static `PyMemberDef`.
-        let offset = unsafe {
-            let member = (*descr.as_ptr().cast::<MemberDescr>()).d_member;
-            if member.is_null() || (*member).name.is_null() {
-                return None;
-            }
-            let member = &*member;
-            if std::ffi::CStr::from_ptr(member.name).to_bytes() != name.as_bytes()
-                || member.type_code != pyo3::ffi::Py_T_OBJECT_EX
-                || member.flags & pyo3::ffi::Py_RELATIVE_OFFSET != 0
-            {
-                return None;
-            }
-            usize::try_from(member.offset).ok()?
-        };
-        let size = std::mem::size_of::<*mut pyo3::ffi::PyObject>();
-        if offset < std::mem::size_of::<pyo3::ffi::PyObject>() || offset + size > basicsize {
-            return None;
-        }
-        let slot = Slot { offset };
-        let expected = instance.getattr(name).ok();
-        // SAFETY: `instance` is an instance of exactly `cls`, and `offset` lies in its fixed part.
-        let read = unsafe { slot.read(instance) };
-        match (read, expected) {
-            (Some(r), Some(e)) if r.as_ptr() == e.as_ptr() => Some(slot),
-            _ => None,
-        }
-    }
-
-    /// The field's value on `obj`, borrowed from it; None when the field is unset.
-    ///
-    /// # Safety
-    /// `obj` must be an instance of exactly the class the slot came from.
-    #[inline]
-    unsafe fn read<'a, 'py>(&self, obj: &'a Bound<'py, PyAny>) -> Option<Borrowed<'a, 'py, PyAny>> {
-        let value = *obj
-            .as_ptr()
-            .cast::<u8>()
-            .add(self.offset)
-            .cast::<*mut pyo3::ffi::PyObject>();
-        Borrowed::from_ptr_or_opt(obj.py(), value)
-    }
-}
 
 /// A Responses text event class (see `text_field`): its wire type, the name and slot of its
 /// text field, and the slots of each of [`TEXT_EVENT_FIELDS`] it has.
@@ -277,45 +200,6 @@ impl TextClasses {
         };
         self.last = position;
         self.seen[position].1.as_ref()
-    }
-}
-
-/// A str's UTF-8, borrowed; None for anything else (or a str with lone surrogates).
-#[inline]
-fn exact_str<'a>(value: Borrowed<'a, '_, PyAny>) -> Option<&'a str> {
-    // SAFETY: an exact str's UTF-8 buffer lives as long as the str, which outlives `'a`.
-    unsafe {
-        if pyo3::ffi::PyUnicode_CheckExact(value.as_ptr()) == 0 {
-            return None;
-        }
-        let mut size: pyo3::ffi::Py_ssize_t = 0;
-        let data = pyo3::ffi::PyUnicode_AsUTF8AndSize(value.as_ptr(), &mut size);
-        if data.is_null() {
-            let _ = PyErr::take(value.py());
-            return None;
-        }
-        let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size as usize);
-        Some(std::str::from_utf8_unchecked(bytes))
-    }
-}
-
-/// None (the outer Option) when the value is not None or an exact non-negative int.
-#[inline]
-fn optional_index(value: Borrowed<'_, '_, PyAny>) -> Option<Option<u64>> {
-    if value.is_none() {
-        return Some(None);
-    }
-    // SAFETY: `value` is a live object; an exact int converts without running Python code.
-    unsafe {
-        if pyo3::ffi::PyLong_CheckExact(value.as_ptr()) == 0 {
-            return None;
-        }
-        let n = pyo3::ffi::PyLong_AsUnsignedLongLong(value.as_ptr());
-        if n == u64::MAX && !pyo3::ffi::PyErr_Occurred().is_null() {
-            let _ = PyErr::take(value.py());
-            return None;
-        }
-        Some(Some(n))
     }
 }
 

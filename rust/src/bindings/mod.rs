@@ -3,6 +3,7 @@
 mod accumulate;
 mod decoding;
 mod framing;
+mod structs;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -84,6 +85,7 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<accumulate::ResponseCore>()?;
     m.add_class::<accumulate::ChatCore>()?;
     m.add_class::<accumulate::RealtimeCore>()?;
+    m.add_function(wrap_pyfunction!(structs::_struct_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,413 @@
+//! Reading msgspec Structs from Rust: their fields straight from memory (each slot's offset
+//! checked against `getattr` first), and whole Structs walked into JSON values, as
+//! `msgspec.json.encode` followed by a JSON parse would give them, without either.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+use serde_json::{Map, Number, Value};
+
+use super::Imported;
+
+static STRUCT: Imported = Imported::new("msgspec", "Struct");
+static UNSET: Imported = Imported::new("msgspec", "UNSET");
+
+/// The head of CPython's `PyMemberDescrObject` (`PyDescr_COMMON` then the `PyMemberDef`),
+/// unchanged from 3.3 through 3.14. Only read on the CPython versions [`direct_reads`] admits.
+#[repr(C)]
+struct MemberDescr {
+    ob_base: pyo3::ffi::PyObject,
+    d_type: *mut pyo3::ffi::PyTypeObject,
+    d_name: *mut pyo3::ffi::PyObject,
+    d_qualname: *mut pyo3::ffi::PyObject,
+    d_member: *const pyo3::ffi::PyMemberDef,
+}
+
+/// Whether this interpreter's member descriptors have the layout of [`MemberDescr`]: CPython
+/// 3.10 to 3.14. Elsewhere typed text events go by their JSON.
+pub(crate) fn direct_reads(py: Python<'_>) -> bool {
+    static ADMITTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ADMITTED.get_or_init(|| admitted(py))
+}
+
+fn admitted(py: Python<'_>) -> bool {
+    let cpython = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("implementation"))
+        .and_then(|i| i.getattr("name"))
+        .and_then(|n| n.extract::<String>())
+        .is_ok_and(|name| name == "cpython");
+    let v = py.version_info();
+    cpython && v.major == 3 && (10..=14).contains(&v.minor)
+}
+
+/// One field of a Struct class, read straight from the instance's memory at the offset its
+/// slot descriptor gives (what the descriptor's own getter does, without a call, a reference
+/// count or an exception for an unset field).
+#[derive(Clone, Copy)]
+pub(crate) struct Slot {
+    offset: usize,
+}
+
+impl Slot {
+    /// The slot of `name` in `cls`, if it is a plain object slot (msgspec Struct fields are),
+    /// checked against `instance` (an instance of exactly `cls`): the value read at the offset
+    /// must be the very object `getattr` returns.
+    pub(crate) fn of(
+        cls: &Bound<'_, PyType>,
+        name: &str,
+        instance: &Bound<'_, PyAny>,
+    ) -> Option<Slot> {
+        let py = cls.py();
+        let descr = cls.getattr(name).ok()?;
+        if descr.get_type().name().ok()?.to_str().ok()? != "member_descriptor" {
+            return None;
+        }
+        let basicsize: usize = cls
+            .getattr(pyo3::intern!(py, "__basicsize__"))
+            .ok()?
+            .extract()
+            .ok()?;
+        // SAFETY: `descr` is a live member descriptor, whose layout on the interpreters
+        // `direct_reads` admits is `MemberDescr`; `d_member` points to its static `PyMemberDef`.
+        let offset = unsafe {
+            let member = (*descr.as_ptr().cast::<MemberDescr>()).d_member;
+            if member.is_null() || (*member).name.is_null() {
+                return None;
+            }
+            let member = &*member;
+            if std::ffi::CStr::from_ptr(member.name).to_bytes() != name.as_bytes()
+                || member.type_code != pyo3::ffi::Py_T_OBJECT_EX
+                || member.flags & pyo3::ffi::Py_RELATIVE_OFFSET != 0
+            {
+                return None;
+            }
+            usize::try_from(member.offset).ok()?
+        };
+        let size = std::mem::size_of::<*mut pyo3::ffi::PyObject>();
+        if offset < std::mem::size_of::<pyo3::ffi::PyObject>() || offset + size > basicsize {
+            return None;
+        }
+        let slot = Slot { offset };
+        let expected = instance.getattr(name).ok();
+        // SAFETY: `instance` is an instance of exactly `cls`, and `offset` lies in its fixed part.
+        let read = unsafe { slot.read(instance) };
+        match (read, expected) {
+            (Some(r), Some(e)) if r.as_ptr() == e.as_ptr() => Some(slot),
+            _ => None,
+        }
+    }
+
+    /// The field's value on `obj`, borrowed from it; None when the field is unset.
+    ///
+    /// # Safety
+    /// `obj` must be an instance of exactly the class the slot came from.
+    #[inline]
+    pub(crate) unsafe fn read<'a, 'py>(
+        &self,
+        obj: &'a Bound<'py, PyAny>,
+    ) -> Option<Borrowed<'a, 'py, PyAny>> {
+        self.read_from(obj.as_borrowed())
+    }
+
+    /// [`Slot::read`] on a borrowed object.
+    ///
+    /// # Safety
+    /// As for [`Slot::read`].
+    #[inline]
+    pub(crate) unsafe fn read_from<'a, 'py>(
+        &self,
+        obj: Borrowed<'a, 'py, PyAny>,
+    ) -> Option<Borrowed<'a, 'py, PyAny>> {
+        let value = *obj
+            .as_ptr()
+            .cast::<u8>()
+            .add(self.offset)
+            .cast::<*mut pyo3::ffi::PyObject>();
+        Borrowed::from_ptr_or_opt(obj.py(), value)
+    }
+}
+
+/// A str's UTF-8, borrowed; None for anything else (or a str with lone surrogates).
+#[inline]
+pub(crate) fn exact_str<'a>(value: Borrowed<'a, '_, PyAny>) -> Option<&'a str> {
+    // SAFETY: an exact str's UTF-8 buffer lives as long as the str, which outlives `'a`.
+    unsafe {
+        if pyo3::ffi::PyUnicode_CheckExact(value.as_ptr()) == 0 {
+            return None;
+        }
+        let mut size: pyo3::ffi::Py_ssize_t = 0;
+        let data = pyo3::ffi::PyUnicode_AsUTF8AndSize(value.as_ptr(), &mut size);
+        if data.is_null() {
+            let _ = PyErr::take(value.py());
+            return None;
+        }
+        let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size as usize);
+        Some(std::str::from_utf8_unchecked(bytes))
+    }
+}
+
+/// None (the outer Option) when the value is not None or an exact non-negative int.
+#[inline]
+pub(crate) fn optional_index(value: Borrowed<'_, '_, PyAny>) -> Option<Option<u64>> {
+    if value.is_none() {
+        return Some(None);
+    }
+    // SAFETY: `value` is a live object; an exact int converts without running Python code.
+    unsafe {
+        if pyo3::ffi::PyLong_CheckExact(value.as_ptr()) == 0 {
+            return None;
+        }
+        let n = pyo3::ffi::PyLong_AsUnsignedLongLong(value.as_ptr());
+        if n == u64::MAX && !pyo3::ffi::PyErr_Occurred().is_null() {
+            let _ = PyErr::take(value.py());
+            return None;
+        }
+        Some(Some(n))
+    }
+}
+
+/// The deepest nesting walked (msgspec's own encoder allows more; deeper goes by JSON).
+const MAX_DEPTH: usize = 64;
+
+/// What a field's value is compared with under `omit_defaults`, as msgspec does: the default
+/// object itself (identity), or an empty list or dict for those default factories.
+enum Default {
+    None,
+    Object(Py<PyAny>),
+    EmptyList,
+    EmptyDict,
+}
+
+/// One field of a Struct class: its name in JSON, where it lives, and its default.
+struct Field {
+    name: String,
+    slot: Slot,
+    default: Default,
+}
+
+/// How a Struct class encodes: its tag (`tag_field`, tag value) and fields, in JSON order.
+struct Shape {
+    tag: Option<(String, Value)>,
+    omit_defaults: bool,
+    fields: Vec<Field>,
+}
+
+/// Struct classes seen so far, by type address (the classes are kept alive in the entry, so
+/// an address is never reused): their shape, or None when they go by JSON. Shared by all
+/// accumulators; never locked while Python code runs.
+type Shapes = HashMap<usize, (Py<PyType>, Option<Arc<Shape>>)>;
+static SHAPES: Mutex<Option<Shapes>> = Mutex::new(None);
+
+fn shape_of(obj: Borrowed<'_, '_, PyAny>) -> Option<Arc<Shape>> {
+    let key = obj.get_type().as_ptr() as usize;
+    if let Some((_, shape)) = SHAPES
+        .lock()
+        .ok()?
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+    {
+        return shape.clone();
+    }
+    let cls = obj.get_type();
+    let shape = Shape::of(&cls, &obj).map(Arc::new);
+    SHAPES
+        .lock()
+        .ok()?
+        .get_or_insert_with(HashMap::new)
+        .insert(key, (cls.unbind(), shape.clone()));
+    shape
+}
+
+impl Shape {
+    /// The shape of `cls`, a msgspec Struct class, checked on `instance`; None for anything
+    /// this walker does not mirror exactly (array-like Structs, non-slot fields, ...).
+    fn of(cls: &Bound<'_, PyType>, instance: &Bound<'_, PyAny>) -> Option<Shape> {
+        let py = cls.py();
+        if !direct_reads(py) || !cls.is_subclass(STRUCT.get(py).ok()?).ok()? {
+            return None;
+        }
+        let config = cls.getattr(pyo3::intern!(py, "__struct_config__")).ok()?;
+        let flag = |name: &str| -> Option<bool> { config.getattr(name).ok()?.extract().ok() };
+        if flag("array_like")? {
+            return None;
+        }
+        let tag_field: Option<String> = config.getattr("tag_field").ok()?.extract().ok()?;
+        let tag = match tag_field {
+            None => None,
+            Some(field) => {
+                let value = config.getattr("tag").ok()?;
+                let value = if let Ok(s) = value.extract::<String>() {
+                    Value::String(s)
+                } else {
+                    Value::Number(Number::from(value.extract::<i64>().ok()?))
+                };
+                Some((field, value))
+            }
+        };
+        let names: Vec<String> = cls.getattr("__struct_fields__").ok()?.extract().ok()?;
+        let encoded: Vec<String> = cls
+            .getattr("__struct_encode_fields__")
+            .ok()?
+            .extract()
+            .ok()?;
+        let defaults = cls.getattr("__struct_defaults__").ok()?;
+        let defaults = defaults.cast::<PyTuple>().ok()?;
+        if encoded.len() != names.len() || defaults.len() > names.len() {
+            return None;
+        }
+        let first_default = names.len() - defaults.len();
+        let nodefault = py.import("msgspec").ok()?.getattr("NODEFAULT").ok()?;
+        let mut fields = Vec::with_capacity(names.len());
+        for (i, (name, json_name)) in names.iter().zip(encoded).enumerate() {
+            let default = match i.checked_sub(first_default) {
+                None => Default::None,
+                Some(k) => {
+                    let d = defaults.get_item(k).ok()?;
+                    if d.is(&nodefault) {
+                        Default::None
+                    } else if d.get_type().name().ok()?.to_str().ok()? == "Factory" {
+                        let factory = d.getattr("factory").ok()?;
+                        if factory.is(py.get_type::<PyList>()) {
+                            Default::EmptyList
+                        } else if factory.is(py.get_type::<PyDict>()) {
+                            Default::EmptyDict
+                        } else {
+                            Default::None // other factories: never omitted by msgspec
+                        }
+                    } else {
+                        Default::Object(d.unbind())
+                    }
+                }
+            };
+            fields.push(Field {
+                name: json_name,
+                slot: Slot::of(cls, name, instance)?,
+                default,
+            });
+        }
+        Some(Shape {
+            tag,
+            omit_defaults: flag("omit_defaults")?,
+            fields,
+        })
+    }
+}
+
+impl Field {
+    /// Whether msgspec leaves `value` out under `omit_defaults`.
+    fn is_default(&self, value: Borrowed<'_, '_, PyAny>) -> bool {
+        match &self.default {
+            Default::None => false,
+            Default::Object(d) => value.as_ptr() == d.as_ptr(),
+            Default::EmptyList => value.cast_exact::<PyList>().is_ok_and(|l| l.is_empty()),
+            Default::EmptyDict => value.cast_exact::<PyDict>().is_ok_and(|d| d.is_empty()),
+        }
+    }
+}
+
+/// `obj` as `msgspec.json.encode` would write it, parsed back as a JSON value; None for what
+/// this walker does not mirror exactly (then the caller encodes instead): types other than
+/// exact None, bool, int (64-bit), float, str, list, tuple, dict with str keys and msgspec
+/// Structs, `UNSET` outside a Struct field, nesting deeper than [`MAX_DEPTH`].
+pub(crate) fn to_value(obj: &Bound<'_, PyAny>) -> Option<Value> {
+    let unset = UNSET.get(obj.py()).ok()?.as_ptr();
+    walk(obj.as_borrowed(), unset, 0)
+}
+
+fn walk(
+    obj: Borrowed<'_, '_, PyAny>,
+    unset: *mut pyo3::ffi::PyObject,
+    depth: usize,
+) -> Option<Value> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let py = obj.py();
+    if obj.is_none() {
+        return Some(Value::Null);
+    }
+    let ptr = obj.as_ptr();
+    // SAFETY: a type check on a live object.
+    if unsafe { pyo3::ffi::PyUnicode_CheckExact(ptr) } != 0 {
+        return exact_str(obj).map(|s| Value::String(s.to_owned()));
+    }
+    // SAFETY: type checks and value reads on a live object; none runs Python code.
+    unsafe {
+        if ptr == pyo3::ffi::Py_True() || ptr == pyo3::ffi::Py_False() {
+            return Some(Value::Bool(ptr == pyo3::ffi::Py_True()));
+        }
+        if pyo3::ffi::PyLong_CheckExact(ptr) != 0 {
+            let mut overflow = 0;
+            let n = pyo3::ffi::PyLong_AsLongLongAndOverflow(ptr, &mut overflow);
+            return match overflow {
+                0 if n >= 0 => Some(Value::Number(Number::from(n as u64))),
+                0 if n != -1 || pyo3::ffi::PyErr_Occurred().is_null() => {
+                    Some(Value::Number(Number::from(n)))
+                }
+                1 => {
+                    let n = pyo3::ffi::PyLong_AsUnsignedLongLong(ptr);
+                    if n == u64::MAX && !pyo3::ffi::PyErr_Occurred().is_null() {
+                        let _ = PyErr::take(py);
+                        return None;
+                    }
+                    Some(Value::Number(Number::from(n)))
+                }
+                _ => {
+                    let _ = PyErr::take(py);
+                    None
+                }
+            };
+        }
+        if pyo3::ffi::PyFloat_CheckExact(ptr) != 0 {
+            // msgspec writes NaN and the infinities as null.
+            let f = pyo3::ffi::PyFloat_AsDouble(ptr);
+            return Some(Number::from_f64(f).map_or(Value::Null, Value::Number));
+        }
+    }
+    if let Ok(list) = obj.cast_exact::<PyList>() {
+        let mut items = Vec::with_capacity(list.len());
+        for item in list.iter() {
+            items.push(walk(item.as_borrowed(), unset, depth + 1)?);
+        }
+        return Some(Value::Array(items));
+    }
+    if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
+        let mut items = Vec::with_capacity(tuple.len());
+        for item in tuple.iter_borrowed() {
+            items.push(walk(item, unset, depth + 1)?);
+        }
+        return Some(Value::Array(items));
+    }
+    if let Ok(dict) = obj.cast_exact::<PyDict>() {
+        let mut map = Map::new();
+        for (key, value) in dict.iter() {
+            let key = exact_str(key.as_borrowed())?;
+            map.insert(key.to_owned(), walk(value.as_borrowed(), unset, depth + 1)?);
+        }
+        return Some(Value::Object(map));
+    }
+    let shape = shape_of(obj)?;
+    let mut map = Map::new();
+    if let Some((field, tag)) = &shape.tag {
+        map.insert(field.clone(), tag.clone());
+    }
+    for field in &shape.fields {
+        // SAFETY: `obj` is an instance of exactly the class `shape` was made for.
+        let value = unsafe { field.slot.read_from(obj) }?;
+        if value.as_ptr() == unset || (shape.omit_defaults && field.is_default(value)) {
+            continue;
+        }
+        map.insert(field.name.clone(), walk(value, unset, depth + 1)?);
+    }
+    Some(Value::Object(map))
+}
+
+/// `to_value(obj)` as compact JSON bytes (None when the walker declines): for the tests, which
+/// hold it to `msgspec.json.encode`.
+#[pyfunction]
+pub(crate) fn _struct_json<'py>(obj: &Bound<'py, PyAny>) -> Option<Vec<u8>> {
+    to_value(obj).map(|v| serde_json::to_vec(&v).expect("a Value serialises"))
+}
