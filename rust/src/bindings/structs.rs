@@ -201,6 +201,11 @@ struct Shape {
 type Shapes = HashMap<usize, (Py<PyType>, Option<Arc<Shape>>)>;
 static SHAPES: Mutex<Option<Shapes>> = Mutex::new(None);
 
+/// Classes kept in [`SHAPES`] at most (the schemas have a few hundred); past that, a class's
+/// shape is worked out each time it is met (slower, the same result), so that a program making
+/// Struct classes on the fly does not keep them all alive here.
+const MAX_SHAPES: usize = 4096;
+
 fn shape_of(obj: Borrowed<'_, '_, PyAny>) -> Option<Arc<Shape>> {
     let key = obj.get_type().as_ptr() as usize;
     if let Some((_, shape)) = SHAPES
@@ -213,11 +218,11 @@ fn shape_of(obj: Borrowed<'_, '_, PyAny>) -> Option<Arc<Shape>> {
     }
     let cls = obj.get_type();
     let shape = Shape::of(&cls, &obj).map(Arc::new);
-    SHAPES
-        .lock()
-        .ok()?
-        .get_or_insert_with(HashMap::new)
-        .insert(key, (cls.unbind(), shape.clone()));
+    let mut shapes = SHAPES.lock().ok()?;
+    let shapes = shapes.get_or_insert_with(HashMap::new);
+    if shapes.len() < MAX_SHAPES {
+        shapes.insert(key, (cls.unbind(), shape.clone()));
+    }
     shape
 }
 
