@@ -8,7 +8,8 @@
 #
 # With a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`) it runs `cargo +nightly fuzz run`
 # (AddressSanitizer on); otherwise it builds the same targets with stable cargo as plain libFuzzer
-# binaries (sanitizer-coverage instrumentation, no ASan: the core is safe Rust) and runs those.
+# binaries (sanitizer-coverage instrumentation, no ASan: the core is safe Rust but for bounds-checked
+# SSE2 loads and one borrowed RawValue, checked against serde by a debug assertion) and runs those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

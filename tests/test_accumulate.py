@@ -400,3 +400,21 @@ def test_struct_walk_mirrors_msgspec_options_and_declines_the_rest():
     for _ in range(100):
         deep = [deep]
     assert native._struct_json(Odd(v=deep)) is None
+
+
+def test_an_accumulator_is_freed_at_once_without_a_collection():
+    """The core reports rejected payloads to the accumulator through a weak reference, so the
+    two form no reference cycle: dropping the accumulator frees it (and its texts) at once."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        acc = ResponseAccumulator(on_error="keep")
+        acc.feed(b'data: {"type":"response.output_text.delta","item_id":"m","delta":"Hi"}\n\ndata: nope\n\n')
+        assert acc.output_text == "Hi" and len(acc.invalid_events) == 1
+        ref = weakref.ref(acc)
+        del acc
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -304,3 +304,87 @@ def test_differential_rust_python_and_single_chunk(pure_decoder, native_decoder,
 def test_differential_with_size_cap(pure_decoder, native_decoder, stream, cap):
     _, chunks = stream
     assert _run(native_decoder(cap), chunks) == _run(pure_decoder(cap), chunks)
+
+
+# --- drain: the loop behind every iterator (native on the Rust backend) -----------------------
+
+
+def _drains():
+    from rapidsse import framing
+
+    from .conftest import native
+
+    yield "python", framing._drain
+    if native is not None:
+        yield "rust", native.Drain
+
+
+@pytest.mark.parametrize("name,drain", list(_drains()), ids=lambda v: v if isinstance(v, str) else "")
+def test_drain_hands_out_events_then_errors_and_stops_reading(name, drain):
+    log = []
+
+    def source(chunks):
+        for chunk in chunks:
+            log.append(("read", chunk))
+            yield chunk
+
+    def feed(chunk):
+        if chunk == "bad":
+            err = SSEError("bad chunk")
+            err.events = ["e-before-error"]
+            raise err
+        if chunk == "boom":
+            raise KeyError("not an SSEError")
+        return [f"{chunk}.1", f"{chunk}.2"]
+
+    def at_end():
+        log.append("end")
+
+    # To the end: every event, then at_end once.
+    assert list(drain(feed, source(["a", "b"]), None, at_end)) == ["a.1", "a.2", "b.1", "b.2"]
+    assert log == [("read", "a"), ("read", "b"), "end"]
+
+    # finished(): stops reading after the chunk that finished it; its events still come, then at_end.
+    log.clear()
+    done = iter([False, True])
+    got = list(drain(feed, source(["a", "b", "c"]), lambda: next(done), at_end))
+    assert got == ["a.1", "a.2", "b.1", "b.2"] and log == [("read", "a"), ("read", "b"), "end"]
+
+    # An SSEError: the events completed before it, then the error; nothing more read, no at_end.
+    log.clear()
+    it = drain(feed, source(["a", "bad", "c"]), None, at_end)
+    got = []
+    with pytest.raises(SSEError, match="bad chunk"):
+        for event in it:
+            got.append(event)
+    assert got == ["a.1", "a.2", "e-before-error"] and log == [("read", "a"), ("read", "bad")]
+    assert list(it) == []
+
+    # Any other error from feed or from the source: raised at once, the iterator is over.
+    log.clear()
+    it = drain(feed, source(["a", "boom", "c"]), None, at_end)
+    assert next(it) == "a.1" and next(it) == "a.2"
+    with pytest.raises(KeyError):
+        next(it)
+    assert list(it) == [] and "end" not in log
+
+    def failing_source():
+        yield "a"
+        raise OSError("connection reset")
+
+    it = drain(feed, failing_source(), None, at_end)
+    assert [next(it), next(it)] == ["a.1", "a.2"]
+    with pytest.raises(OSError):
+        next(it)
+    assert list(it) == []
+
+    # Empty lists are skipped; an empty source gives nothing, then at_end.
+    log.clear()
+    assert list(drain(lambda c: [], source(["x", "y"]), None, at_end)) == []
+    assert log == [("read", "x"), ("read", "y"), "end"]
+
+
+def test_iterators_are_native_on_the_rust_backend():
+    it = rapidsse.iter_events([b""])
+    assert type(it).__name__ == ("Drain" if rapidsse.BACKEND == "rust" else "generator")
+    assert list(it) == []

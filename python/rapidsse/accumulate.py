@@ -19,6 +19,7 @@ types the accumulator does not use (keep-alives, tool progress, unknown types) a
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any, Callable, Generic, TypeVar, Union
 
@@ -63,7 +64,8 @@ class _Accumulator(Generic[T]):
     event, one payload and each accumulated text: a delta that would take a text past it is not
     appended and raises :class:`EventTooLarge` (whatever ``on_error`` says)."""
 
-    __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at", "add", "_max_event_size")
+    __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at", "add", "_max_event_size",
+                 "__weakref__")
     _core_name = ""
     _snapshot_type: Any = None
 
@@ -150,18 +152,34 @@ class _Accumulator(Generic[T]):
         return self._core.events()
 
 
-class _SSEAccumulator(_Accumulator[T]):
-    __slots__ = ()
+class _OnRejected:
+    """What a core's ``feed`` hands its rejected payloads to: the accumulator's ``_rejected``,
+    through a weak reference (the core is the accumulator's; a strong one would be a cycle)."""
 
-    def feed(self, data: Bytes) -> None:
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: _Accumulator[Any]) -> None:
+        self._owner = weakref.ref(owner)
+
+    def __call__(self, rejected: list[tuple[str, int, str, int, bytes, Union[int, None]]]) -> None:
+        owner = self._owner()
+        if owner is not None:
+            owner._rejected(rejected)
+
+
+class _SSEAccumulator(_Accumulator[T]):
+    __slots__ = ("feed",)
+
+    def __init__(self, *, on_error: OnError = "raise", max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE) -> None:
+        super().__init__(on_error=on_error, max_event_size=max_event_size)
+        self._core.set_on_rejected(_OnRejected(self))
+        self.feed: Callable[[Bytes], None] = self._core.feed
         """Raw SSE bytes (any chunking): frames them and adds every event, creating no Python
         object per event. With ``on_error="raise"`` a payload that is not a JSON object raises
         :class:`DecodeError` after the rest of the chunk was added; a delta that would take one
         text past ``max_event_size`` is not appended and raises :class:`EventTooLarge`, also
-        after the rest of the chunk was added."""
-        rejected = self._core.feed(data)
-        if rejected:
-            self._rejected(rejected)
+        after the rest of the chunk was added. (The core's own method, bound here: no Python
+        frame per chunk.)"""
 
     def close(self) -> None:
         """Ends the byte stream (an unfinished SSE event is discarded, per spec)."""
@@ -287,7 +305,9 @@ class EventStream(Generic[T]):
         return self._decoder.feed(chunk)
 
     def __iter__(self) -> Iterator[Any]:
-        yield from drain(self._step, _chunks(self._source), _finished(self._decoder))
+        return drain(self._step, _chunks(self._source), _finished(self._decoder), self._close)
+
+    def _close(self) -> None:
         self._decoder.close()
         self.accumulator.close()
 

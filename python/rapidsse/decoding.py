@@ -349,8 +349,7 @@ def iter_events(
     decoder = EventDecoder(
         protocol, on_error=on_error, max_event_size=max_event_size, raise_on_error_event=raise_on_error_event
     )
-    yield from drain(decoder.feed, _chunks(source), _finished(decoder))
-    decoder.close()
+    return drain(decoder.feed, _chunks(source), _finished(decoder), decoder.close)
 
 
 async def aiter_events(

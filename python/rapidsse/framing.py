@@ -12,7 +12,7 @@ from typing import Any, Callable, Union
 
 import msgspec
 
-from ._backend import native
+from ._backend import core, native
 from ._pure.framing import Framer
 from ._pure.guard import Exclusive
 from .errors import DecodeError, SSEError
@@ -118,10 +118,24 @@ attribute, and the decoder refuses input until ``reset()``.
 
 
 def drain(feed: Callable[[Any], list[Any]], chunks: Iterable[Any],
-          finished: Union[Callable[[], bool], None] = None) -> Iterator[Any]:
-    """Yields what ``feed`` makes of each chunk until ``finished()`` (``None``: to the end). When
-    ``feed`` raises an :class:`SSEError`, the events it had completed (``err.events``) are yielded
-    first: nothing is lost. The one loop behind every iterator of the package."""
+          finished: Union[Callable[[], bool], None] = None,
+          at_end: Union[Callable[[], Any], None] = None) -> Iterator[Any]:
+    """What ``feed`` makes of each chunk, event by event, until ``finished()`` says so (``None``:
+    to the end of ``chunks``), then ``at_end()``. When ``feed`` raises an :class:`SSEError`, the
+    events it had completed (``err.events``) come first, then the error: nothing is lost. After
+    an error, or once finished, no further chunk is read. The one loop behind every iterator of
+    the package: on the Rust backend a native iterator (no Python frame per event), else
+    :func:`_drain`."""
+    compiled = core()
+    if compiled is not None:
+        return compiled.Drain(feed, chunks, finished, at_end)  # type: ignore[no-any-return]
+    return _drain(feed, chunks, finished, at_end)
+
+
+def _drain(feed: Callable[[Any], list[Any]], chunks: Iterable[Any],
+           finished: Union[Callable[[], bool], None] = None,
+           at_end: Union[Callable[[], Any], None] = None) -> Iterator[Any]:
+    """:func:`drain` as a generator (the pure-Python backend)."""
     for chunk in chunks:
         try:
             events = feed(chunk)
@@ -130,7 +144,9 @@ def drain(feed: Callable[[Any], list[Any]], chunks: Iterable[Any],
             raise
         yield from events
         if finished is not None and finished():
-            return
+            break
+    if at_end is not None:
+        at_end()
 
 
 async def adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
@@ -154,8 +170,7 @@ def iter_sse(
 ) -> Iterator[ServerSentEvent]:
     """Yields the events of an iterable of byte chunks (e.g. ``response.iter_bytes()``)."""
     decoder = SSEDecoder(max_event_size)
-    yield from drain(decoder.feed, source)
-    decoder.close()
+    return drain(decoder.feed, source, at_end=decoder.close)
 
 
 async def aiter_sse(

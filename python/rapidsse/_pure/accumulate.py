@@ -1275,7 +1275,7 @@ def _with_output(base: dict, items: list) -> dict:
 class _Core:
     """What the three cores share: framing, counts, the binding's interface."""
 
-    __slots__ = ("_framer", "_warnings", "_unknown", "_events", "_busy", "_cap", "__weakref__")
+    __slots__ = ("_framer", "_warnings", "_unknown", "_events", "_busy", "_cap", "_on_rejected", "__weakref__")
 
     def __init__(self, max_event_size: int | None = 16 * 1024 * 1024) -> None:
         if max_event_size is not None:
@@ -1289,10 +1289,19 @@ class _Core:
         self._unknown = 0
         self._events = 0
         self._busy = Exclusive()
+        self._on_rejected: Any = None
+
+    def set_on_rejected(self, handler: Any) -> None:
+        """A callable that ``feed`` hands the rejected payloads to (then ``feed`` returns None)."""
+        self._on_rejected = handler
 
     def feed(self, data: Any) -> list[tuple] | None:
         with self._busy:
-            return self._feed(data)
+            rejected = self._feed(data)
+        if rejected and self._on_rejected is not None:
+            self._on_rejected(rejected)
+            return None
+        return rejected
 
     def _feed(self, data: Any) -> list[tuple] | None:
         data = _as_bytes(data)

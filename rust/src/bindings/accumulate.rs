@@ -327,6 +327,8 @@ macro_rules! accumulator_core {
             acc: $inner,
             framer: Framer,
             text_classes: TextClasses,
+            /// Called with the rejected payloads of a `feed` (see `set_on_rejected`).
+            on_rejected: Option<Py<PyAny>>,
         }
 
         #[pymethods]
@@ -338,7 +340,15 @@ macro_rules! accumulator_core {
                     acc: <$inner>::with_text_cap(max_event_size),
                     framer: Framer::new(max_event_size),
                     text_classes: TextClasses::default(),
+                    on_rejected: None,
                 }
+            }
+
+            /// A callable that `feed` hands the rejected payloads to (then `feed` returns None,
+            /// or raises what it raised), so that the Python wrapper can bind `feed` itself.
+            #[pyo3(signature = (handler))]
+            fn set_on_rejected(&mut self, handler: Option<Py<PyAny>>) {
+                self.on_rejected = handler;
             }
 
             /// Raw SSE bytes: frames them and adds every event. Returns the rejected payloads
@@ -348,7 +358,14 @@ macro_rules! accumulator_core {
                 py: Python<'py>,
                 data: &Bound<'py, PyAny>,
             ) -> PyResult<Option<Bound<'py, PyList>>> {
-                tap(py, &mut self.framer, &mut self.acc, data)
+                let rejected = tap(py, &mut self.framer, &mut self.acc, data)?;
+                match (rejected, &self.on_rejected) {
+                    (Some(rejected), Some(handler)) => {
+                        handler.call1(py, (rejected,))?;
+                        Ok(None)
+                    }
+                    (rejected, _) => Ok(rejected),
+                }
             }
 
             /// One payload; returns `(reason, limit)` when it was rejected (see `feed`), or None.

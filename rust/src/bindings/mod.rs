@@ -2,6 +2,7 @@
 
 mod accumulate;
 mod decoding;
+mod drain;
 mod framing;
 mod structs;
 
@@ -82,6 +83,7 @@ fn py_bytes_type(py: Python<'_>) -> Bound<'_, PyType> {
 fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<framing::SSEDecoder>()?;
     m.add_class::<decoding::EventDecoder>()?;
+    m.add_class::<drain::Drain>()?;
     m.add_class::<accumulate::ResponseCore>()?;
     m.add_class::<accumulate::ChatCore>()?;
     m.add_class::<accumulate::RealtimeCore>()?;
