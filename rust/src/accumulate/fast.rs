@@ -930,16 +930,7 @@ mod tests {
     /// Every payload of the recorded corpus (and each pretty-printed), when it is an object.
     #[test]
     fn object_agrees_with_serde_on_the_corpus() {
-        let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let root = [
-            std::env::var_os("RAPIDSSE_CORPUS").map(std::path::PathBuf::from),
-            Some(manifest.join("tests/corpus")),
-            Some(manifest.join("../shared/corpus")),
-        ]
-        .into_iter()
-        .flatten()
-        .find(|dir| dir.is_dir())
-        .expect("corpus directory; set RAPIDSSE_CORPUS");
+        let root = crate::accumulate::corpus_dir("");
         let mut files = vec![root];
         let mut answered = 0;
         while let Some(path) = files.pop() {

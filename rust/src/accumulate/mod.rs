@@ -325,6 +325,23 @@ pub(crate) fn event_error_warning(ev: &StreamEvent<'_>) -> String {
     error_warning(nested.or_else(flat).as_ref())
 }
 
+/// For the unit tests: the recorded corpus's `kind` folder (`""`: the whole corpus), found as
+/// `rust/tests/accumulate_support` finds it for the integration tests.
+#[cfg(test)]
+pub(crate) fn corpus_dir(kind: &str) -> std::path::PathBuf {
+    let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    [
+        std::env::var_os("RAPIDSSE_CORPUS").map(std::path::PathBuf::from),
+        Some(manifest.join("tests/corpus")),
+        Some(manifest.join("../shared/corpus")),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|root| root.join(kind))
+    .find(|dir| dir.is_dir())
+    .expect("corpus directory; set RAPIDSSE_CORPUS")
+}
+
 /// The cap on one accumulated text, in UTF-8 bytes (`None`: no cap), and the first refusal
 /// since the accumulator last looked.
 #[derive(Debug, Default)]

@@ -215,12 +215,12 @@ impl RunKey {
         }
     }
 
-    fn matches(&self, ev: &StreamEvent<'_>) -> bool {
-        self.kind == ev.kind()
-            && self.item_id.as_deref() == ev.item_id.as_ref().map(|s| &*s.0)
-            && self.output_index == ev.output_index
-            && self.content_index == ev.content_index
-            && self.summary_index == ev.summary_index
+    /// Whether a delta of `kind` for this item and these output, content and summary indices
+    /// continues the run.
+    fn matches(&self, kind: &str, item_id: Option<&str>, indices: [Option<u64>; 3]) -> bool {
+        self.kind == kind
+            && self.item_id.as_deref() == item_id
+            && [self.output_index, self.content_index, self.summary_index] == indices
     }
 }
 
@@ -338,26 +338,30 @@ impl ResponseAccumulator {
     /// is a delta that continues the text the previous delta went to.
     #[cfg(any(feature = "python", test))]
     pub(crate) fn add_text_event(&mut self, text: &TextEvent<'_>) -> Result<(), AccumulateError> {
+        let indices = [text.output_index, text.content_index, text.summary_index];
         let continues = text.field == "delta"
-            && self.run.key.as_ref().is_some_and(|key| {
-                key.kind == text.kind
-                    && key.item_id.as_deref() == text.item_id
-                    && key.output_index == text.output_index
-                    && key.content_index == text.content_index
-                    && key.summary_index == text.summary_index
-            });
+            && self
+                .run
+                .key
+                .as_ref()
+                .is_some_and(|key| key.matches(text.kind, text.item_id, indices));
         if !continues {
             return self.add_event(&text.event());
         }
         self.events += 1;
         self.sequence(text.sequence_number);
+        self.append_to_run(text.text);
+        self.cap.check(self.events - 1)
+    }
+
+    /// Appends a delta that continues the run, unless the text cap refuses it.
+    fn append_to_run(&mut self, delta: &str) {
         if self
             .cap
-            .admits(self.run.base + self.run.text.len(), text.text.len())
+            .admits(self.run.base + self.run.text.len(), delta.len())
         {
-            self.run.text.push_str(text.text);
+            self.run.text.push_str(delta);
         }
-        self.cap.check(self.events - 1)
     }
 
     /// Records a gap in `sequence_number`s.
@@ -378,13 +382,9 @@ impl ResponseAccumulator {
     fn apply(&mut self, ev: &StreamEvent<'_>) -> bool {
         let kind = ev.kind();
         if let (Some(key), Some(delta)) = (&self.run.key, &ev.delta) {
-            if key.matches(ev) {
-                if self
-                    .cap
-                    .admits(self.run.base + self.run.text.len(), delta.0.len())
-                {
-                    self.run.text.push_str(&delta.0);
-                }
+            let indices = [ev.output_index, ev.content_index, ev.summary_index];
+            if key.matches(kind, ev.item_id.as_ref().map(|s| &*s.0), indices) {
+                self.append_to_run(&delta.0);
                 return true;
             }
         }
@@ -643,17 +643,7 @@ mod tests {
     /// with a text cap that bites.
     #[test]
     fn typed_paths_equal_add_json_on_the_corpus() {
-        let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let dir = [
-            std::env::var_os("RAPIDSSE_CORPUS").map(std::path::PathBuf::from),
-            Some(manifest.join("tests/corpus")),
-            Some(manifest.join("../shared/corpus")),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|root| root.join("responses"))
-        .find(|dir| dir.is_dir())
-        .expect("corpus directory; set RAPIDSSE_CORPUS");
+        let dir = crate::accumulate::corpus_dir("responses");
         let mut by_field = 0;
         let mut by_value = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
