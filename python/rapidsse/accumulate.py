@@ -314,8 +314,7 @@ class EventStream(Generic[T]):
     async def __aiter__(self) -> AsyncIterator[Any]:
         async for event in adrain(self._step, _achunks(self._source), _finished(self._decoder)):
             yield event
-        self._decoder.close()
-        self.accumulator.close()
+        self._close()
 
     @property
     def response(self) -> Any:

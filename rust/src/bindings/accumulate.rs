@@ -7,7 +7,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 use serde_json::Value;
 
 use super::framing::framing_error;
-use super::structs::{direct_reads, exact_str, optional_index, to_value, Slot};
+use super::structs::{exact_str, optional_index, to_value, ClassSlots, Slot};
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
     text_field, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
@@ -22,14 +22,22 @@ static ENCODE: Imported = Imported::new("rapidsse.accumulate", "_encode");
 static DECODE_ERROR: Imported = Imported::new("rapidsse.errors", "DecodeError");
 
 /// Adds a typed event by its JSON: `UnknownEvent` by its raw payload, any other schema Struct
-/// re-encoded; `InvalidEvent` was reported by the decoder already and is skipped.
-fn add_encoded<A: Accumulate>(acc: &mut A, event: &Bound<'_, PyAny>) -> PyResult<()> {
+/// by `added` when it can take it (`None`: it cannot), else re-encoded; `InvalidEvent` was
+/// reported by the decoder already and is skipped.
+fn add_encoded<A: Accumulate>(
+    acc: &mut A,
+    event: &Bound<'_, PyAny>,
+    added: impl FnOnce(&mut A) -> Option<Result<(), AccumulateError>>,
+) -> PyResult<()> {
     let py = event.py();
     let payload = if event.is_instance(UNKNOWN_EVENT.get(py)?)? {
         event.getattr(pyo3::intern!(py, "raw"))?
     } else if event.is_instance(INVALID_EVENT.get(py)?)? {
         return Ok(());
     } else if event.is_instance(STRUCT.get(py)?)? {
+        if let Some(result) = added(acc) {
+            return result.map_err(|err| text_too_large(py, &err));
+        }
         ENCODE.get(py)?.call1((event,))?
     } else {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
@@ -82,7 +90,7 @@ fn text_too_large(py: Python<'_>, err: &AccumulateError) -> PyErr {
 /// How each accumulator takes a typed event.
 trait AddTyped: Accumulate + Sized {
     fn add_typed(&mut self, _classes: &mut TextClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
-        add_encoded(self, event)
+        add_encoded(self, event, |_| None)
     }
 }
 
@@ -103,18 +111,14 @@ impl AddTyped for ResponseAccumulator {
                 };
             }
         }
-        let py = event.py();
-        if !event.is_instance(UNKNOWN_EVENT.get(py)?)?
-            && !event.is_instance(INVALID_EVENT.get(py)?)?
-        {
-            // The event as its JSON would parse, walked off the Struct (no encoding, no parse).
-            if let Some(Value::Object(map)) = to_value(event) {
-                if let Some(ev) = StreamEvent::from_value(map) {
-                    return self.add_event(&ev).map_err(|err| text_too_large(py, &err));
-                }
-            }
-        }
-        add_encoded(self, event)
+        // Any other schema event as its JSON would parse, walked off the Struct (no encoding,
+        // no parse).
+        add_encoded(self, event, |acc| {
+            let Some(Value::Object(map)) = to_value(event) else {
+                return None;
+            };
+            Some(acc.add_event(&StreamEvent::from_value(map)?))
+        })
     }
 }
 
@@ -138,38 +142,15 @@ struct TextClass {
 
 impl TextClass {
     /// The class of `event` if it is a text event class whose fields can all be read directly.
-    fn of(cls: &Bound<'_, PyType>, event: &Bound<'_, PyAny>) -> Option<TextClass> {
-        let py = cls.py();
-        if !direct_reads(py) {
-            return None;
-        }
-        let kind = cls
-            .getattr(pyo3::intern!(py, "__struct_config__"))
-            .and_then(|c| c.getattr(pyo3::intern!(py, "tag")))
-            .and_then(|t| t.extract::<String>())
-            .ok()?;
+    fn of(event: &Bound<'_, PyAny>) -> Option<TextClass> {
+        let class = ClassSlots::of(event)?;
+        let kind = class.tag()?.to_owned();
         let field = text_field(&kind)?;
-        let fields: Vec<String> = cls
-            .getattr(pyo3::intern!(py, "__struct_fields__"))
-            .and_then(|f| f.extract())
-            .ok()?;
-        let has = |name: &str| fields.iter().any(|f| f == name);
-        if !has(field) {
-            return None;
-        }
-        let text = Slot::of(cls, field, event)?;
-        let mut slots = [None; 5];
-        for (slot, name) in slots.iter_mut().zip(TEXT_EVENT_FIELDS) {
-            if has(name) {
-                // A field that is not a plain slot: this class goes by its JSON.
-                *slot = Some(Slot::of(cls, name, event)?);
-            }
-        }
         Some(TextClass {
-            kind,
+            text: class.slot(field)?,
+            fields: TEXT_EVENT_FIELDS.map(|name| class.slot(name)),
             field,
-            text,
-            fields: slots,
+            kind,
         })
     }
 }
@@ -192,7 +173,7 @@ impl TextClasses {
                 Some(p) => p,
                 None => {
                     let cls = event.get_type();
-                    let class = TextClass::of(&cls, event);
+                    let class = TextClass::of(event);
                     self.seen.push((cls.unbind(), class));
                     self.seen.len() - 1
                 }

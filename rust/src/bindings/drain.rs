@@ -3,7 +3,7 @@
 //! the iterator protocol (a generator would resume two Python frames per event).
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyIterator, PyList};
 use pyo3::{PyTraverseError, PyVisit};
 
 use super::SSE_ERROR;
@@ -16,7 +16,7 @@ use super::SSE_ERROR;
 pub struct Drain {
     feed: Option<Py<PyAny>>,
     /// The source iterator; None once nothing more is to be read.
-    chunks: Option<Py<PyAny>>,
+    chunks: Option<Py<PyIterator>>,
     finished: Option<Py<PyAny>>,
     /// Called once, when the events of the last chunk read are all out.
     at_end: Option<Py<PyAny>>,
@@ -39,7 +39,7 @@ impl Drain {
     ) -> PyResult<Self> {
         Ok(Drain {
             feed: Some(feed),
-            chunks: Some(chunks.try_iter()?.into_any().unbind()),
+            chunks: Some(chunks.try_iter()?.unbind()),
             finished,
             at_end,
             events: None,
@@ -122,11 +122,14 @@ impl Drain {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for object in [&self.feed, &self.chunks, &self.finished, &self.at_end]
+        for object in [&self.feed, &self.finished, &self.at_end]
             .into_iter()
             .flatten()
         {
             visit.call(object)?;
+        }
+        if let Some(chunks) = &self.chunks {
+            visit.call(chunks)?;
         }
         if let Some(events) = &self.events {
             visit.call(events)?;

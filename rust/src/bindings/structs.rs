@@ -27,7 +27,7 @@ struct MemberDescr {
 
 /// Whether this interpreter's member descriptors have the layout of [`MemberDescr`]: CPython
 /// 3.10 to 3.14. Elsewhere typed text events go by their JSON.
-pub(crate) fn direct_reads(py: Python<'_>) -> bool {
+fn direct_reads(py: Python<'_>) -> bool {
     static ADMITTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ADMITTED.get_or_init(|| admitted(py))
 }
@@ -55,11 +55,7 @@ impl Slot {
     /// The slot of `name` in `cls`, if it is a plain object slot (msgspec Struct fields are),
     /// checked against `instance` (an instance of exactly `cls`): the value read at the offset
     /// must be the very object `getattr` returns.
-    pub(crate) fn of(
-        cls: &Bound<'_, PyType>,
-        name: &str,
-        instance: &Bound<'_, PyAny>,
-    ) -> Option<Slot> {
+    fn of(cls: &Bound<'_, PyType>, name: &str, instance: &Bound<'_, PyAny>) -> Option<Slot> {
         let py = cls.py();
         let descr = cls.getattr(name).ok()?;
         if descr.get_type().name().ok()?.to_str().ok()? != "member_descriptor" {
@@ -224,6 +220,34 @@ fn shape_of(obj: Borrowed<'_, '_, PyAny>) -> Option<Arc<Shape>> {
         shapes.insert(key, (cls.unbind(), shape.clone()));
     }
     shape
+}
+
+/// The Struct class of an object as the walker reads it: its tag and, by JSON name, the slots
+/// of its fields (for the callers that read a few fields straight off instances).
+pub(crate) struct ClassSlots(Arc<Shape>);
+
+impl ClassSlots {
+    /// `obj`'s class, if the walker mirrors it (see [`Shape::of`]).
+    pub(crate) fn of(obj: &Bound<'_, PyAny>) -> Option<ClassSlots> {
+        shape_of(obj.as_borrowed()).map(ClassSlots)
+    }
+
+    /// The class's tag, when it is a string.
+    pub(crate) fn tag(&self) -> Option<&str> {
+        match &self.0.tag {
+            Some((_, Value::String(tag))) => Some(tag),
+            _ => None,
+        }
+    }
+
+    /// The slot of the field written `name` in JSON.
+    pub(crate) fn slot(&self, name: &str) -> Option<Slot> {
+        self.0
+            .fields
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.slot)
+    }
 }
 
 impl Shape {
