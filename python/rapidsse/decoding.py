@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal, Union
 
 import msgspec
 
-from . import chat, realtime, responses
+from . import _native, chat, realtime, responses
 from ._backend import core as _backend_core
 from ._pure.framing import Framer
 from ._pure.guard import Exclusive
@@ -274,8 +274,9 @@ class EventDecoder:
         native = _backend_core()
         if native is not None:
             known = list(schema.event_types) if schema.tagged else None
+            builder = _native.native_schema(native, schema.event) if _native.ENABLED else None
             self._core: Any = native.EventDecoder(
-                max_event_size, known, schema.decode_lines, careful, done_marker
+                max_event_size, known, schema.decode_lines, careful, done_marker, builder
             )
         else:
             self._core = _PyEventCore(max_event_size, schema.decode_lines, careful, done_marker)

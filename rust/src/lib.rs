@@ -2,6 +2,7 @@
 //! accumulation for LLM streaming APIs, in plain Rust.
 //!
 //! - [`framing`]: bytes in, SSE events out (WHATWG rules, linear time, size cap);
+//! - [`lex`]: a strict JSON lexer, for the typed objects the binding layer builds itself;
 //! - [`scan`]: a cheap look at a JSON payload's top-level `type`, to batch payloads for decoding;
 //! - [`accumulate`]: the final Response / ChatCompletion / Realtime responses built from deltas.
 //!
@@ -10,6 +11,7 @@
 pub mod accumulate;
 pub mod batch;
 pub mod framing;
+pub mod lex;
 pub mod scan;
 
 #[cfg(feature = "python")]

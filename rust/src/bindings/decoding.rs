@@ -8,7 +8,10 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
 
+use std::sync::Arc;
+
 use super::framing::{framing_error, StringCache};
+use super::native::{self, NativeSchema};
 use super::with_bytes;
 use crate::batch::{Batch, Route, Router};
 use crate::framing::Framer;
@@ -22,6 +25,8 @@ enum Planned {
         index: u64,
         offset: u64,
     },
+    /// Built by Rust itself (see `native.rs`).
+    Native(Py<PyAny>),
     /// Decoded alone by the careful path.
     Careful {
         raw: Vec<u8>,
@@ -57,6 +62,8 @@ pub struct EventDecoder {
     /// holding it: no bytes object and no tuple is made per chunk.
     lines: Py<PyByteArray>,
     args: Py<PyTuple>,
+    /// The classes Rust builds itself, and this stream's state for them.
+    native: Option<(Arc<native::Schema>, native::State)>,
 }
 
 impl EventDecoder {
@@ -112,6 +119,17 @@ impl EventDecoder {
         if self.plan.is_empty() {
             return Ok(());
         }
+        if self.batch.is_empty() {
+            // Every event was built natively (the usual case for a clean stream).
+            let natives = self.plan.iter().filter_map(|entry| match entry {
+                Planned::Native(obj) => Some(obj.bind(py)),
+                _ => None,
+            });
+            if natives.clone().count() == self.plan.len() {
+                *out = Some(PyList::new(py, natives)?);
+                return Ok(());
+            }
+        }
         let mut decoded = self.decode_batch(py);
         if decoded.is_none() && self.unrouted && !self.batch.is_empty() {
             // Something in the batch did not decode (an unknown type, most likely): route
@@ -148,6 +166,7 @@ impl EventDecoder {
                         self.careful_one(py, &raw, *name, *index, *offset)
                     }
                 },
+                Planned::Native(obj) => Ok(Some(obj.bind(py).clone())),
                 Planned::Careful {
                     raw,
                     name,
@@ -218,7 +237,7 @@ impl EventDecoder {
 #[pymethods]
 impl EventDecoder {
     #[new]
-    #[pyo3(signature = (max_event_size, known_types, batch_decode, careful, done_marker = None))]
+    #[pyo3(signature = (max_event_size, known_types, batch_decode, careful, done_marker = None, native = None))]
     fn new(
         py: Python<'_>,
         max_event_size: Option<usize>,
@@ -226,6 +245,7 @@ impl EventDecoder {
         batch_decode: Py<PyAny>,
         careful: Py<PyAny>,
         done_marker: Option<Vec<u8>>,
+        native: Option<PyRef<'_, NativeSchema>>,
     ) -> EventDecoder {
         let lines = PyByteArray::new(py, b"");
         EventDecoder {
@@ -246,6 +266,7 @@ impl EventDecoder {
             unrouted: false,
             lines: lines.clone().unbind(),
             args: PyTuple::new(py, [&lines]).expect("a tuple").unbind(),
+            native: native.map(|n| (n.schema.clone(), n.schema.state())),
         }
     }
 
@@ -272,6 +293,7 @@ impl EventDecoder {
                 plan,
                 done,
                 unrouted,
+                native,
                 ..
             } = self;
             let unrouted = *unrouted;
@@ -282,6 +304,14 @@ impl EventDecoder {
                 if done_marker.as_deref() == Some(e.data) {
                     *done = true;
                     return;
+                }
+                if let Some((schema, state)) = native {
+                    if !e.multiline {
+                        if let Some(obj) = schema.decode(py, state, e.data) {
+                            plan.push(Planned::Native(obj.unbind()));
+                            return;
+                        }
+                    }
                 }
                 let name = (names.len(), names.len() + e.event.len());
                 names.extend_from_slice(e.event);

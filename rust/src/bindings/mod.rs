@@ -4,6 +4,7 @@ mod accumulate;
 mod decoding;
 mod drain;
 mod framing;
+mod native;
 mod structs;
 
 use pyo3::prelude::*;
@@ -84,6 +85,7 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<framing::SSEDecoder>()?;
     m.add_class::<decoding::EventDecoder>()?;
     m.add_class::<drain::Drain>()?;
+    m.add_class::<native::NativeSchema>()?;
     m.add_class::<accumulate::ResponseCore>()?;
     m.add_class::<accumulate::ChatCore>()?;
     m.add_class::<accumulate::RealtimeCore>()?;

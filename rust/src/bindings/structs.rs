@@ -27,7 +27,7 @@ struct MemberDescr {
 
 /// Whether this interpreter's member descriptors have the layout of [`MemberDescr`]: CPython
 /// 3.10 to 3.14. Elsewhere typed text events go by their JSON.
-fn direct_reads(py: Python<'_>) -> bool {
+pub(crate) fn direct_reads(py: Python<'_>) -> bool {
     static ADMITTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ADMITTED.get_or_init(|| admitted(py))
 }
@@ -52,10 +52,19 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// The byte offset of the field in an instance.
+    pub(crate) fn offset(&self) -> usize {
+        self.offset
+    }
+
     /// The slot of `name` in `cls`, if it is a plain object slot (msgspec Struct fields are),
     /// checked against `instance` (an instance of exactly `cls`): the value read at the offset
     /// must be the very object `getattr` returns.
-    fn of(cls: &Bound<'_, PyType>, name: &str, instance: &Bound<'_, PyAny>) -> Option<Slot> {
+    pub(crate) fn of(
+        cls: &Bound<'_, PyType>,
+        name: &str,
+        instance: &Bound<'_, PyAny>,
+    ) -> Option<Slot> {
         let py = cls.py();
         let descr = cls.getattr(name).ok()?;
         if descr.get_type().name().ok()?.to_str().ok()? != "member_descriptor" {

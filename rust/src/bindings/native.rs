@@ -1,0 +1,611 @@
+//! Typed events built by Rust itself: msgspec Structs made straight from a payload's JSON, with
+//! no call into msgspec, for the classes whose every field has a plain type.
+//!
+//! msgspec decodes into whatever a schema says; most events of a stream are a handful of flat
+//! classes (text deltas, Chat chunks) whose fields are strings, integers, floats, bools, lists
+//! and nested Structs. For those, this module allocates the Struct the way msgspec does (the
+//! class's `tp_alloc`), writes each field into its slot (at the offset its member descriptor
+//! gives, checked against `getattr` on an instance first), fills the defaults as msgspec's
+//! `Struct_fill_in_defaults` does, and reuses the string objects of fields that repeat from
+//! event to event (item ids, model names).
+//!
+//! It only builds what msgspec would build, equal field by field: on anything else it
+//! declines and the payload goes to msgspec as before. It declines an unknown tag, a field of a
+//! type it does not handle (a tagged union, a dict, `Any`, a literal, a constrained type), a
+//! missing required field, a duplicate key, a key or string it would have to think about (an
+//! escape in a key, a lone surrogate, a raw control character, invalid UTF-8), an integer
+//! beyond 64 bits, a non-finite float, and broken JSON. The schemas are described by Python
+//! (`rapidsse._native`, from `msgspec.inspect`); the JSON is read by [`crate::lex`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+
+use super::structs::{direct_reads, Slot};
+use crate::lex::{Lexer, Num, Text, MAX_DEPTH};
+
+// What a field's type admits (its union's members), as `rapidsse._native` writes it.
+const NULL: u8 = 1;
+const STR: u8 = 2;
+const INT: u8 = 4;
+const FLOAT: u8 = 8;
+const BOOL: u8 = 16;
+const LIST: u8 = 32;
+const STRUCT: u8 = 64;
+const UNSUPPORTED: u8 = 128;
+
+/// The largest integer a float field takes exactly (msgspec converts an int to float).
+const EXACT_FLOAT_INT: i64 = 1 << 53;
+
+/// Strings up to this length are kept for reuse by the next event.
+const CACHED_LEN: usize = 64;
+
+struct Node {
+    mask: u8,
+    item: Option<Box<Node>>,
+    strukt: usize,
+    /// The string cache slot of this node (every node admitting strings has one).
+    cache: usize,
+}
+
+enum Default {
+    Required,
+    Value(Py<PyAny>),
+    List,
+    Dict,
+}
+
+struct Field {
+    json: Box<[u8]>,
+    offset: usize,
+    node: Node,
+    default: Default,
+}
+
+struct StructPlan {
+    cls: Py<PyType>,
+    alloc: ffi::allocfunc,
+    /// None when the class is left to msgspec.
+    fields: Option<Vec<Field>>,
+    forbid_unknown: bool,
+    tag_field: Option<Box<[u8]>>,
+}
+
+/// The schemas of one protocol, as the builder reads them. Shared by all decoders.
+pub(crate) struct Schema {
+    structs: Vec<StructPlan>,
+    /// Tagged protocols: the top-level tag key and the class of each tag.
+    tag_field: Option<Box<[u8]>>,
+    tags: HashMap<Box<[u8]>, usize>,
+    /// Untagged protocols: the top-level class.
+    root: Option<usize>,
+    caches: usize,
+}
+
+/// A decoder's own state: a scratch buffer for unescaping and the strings kept for reuse.
+pub(crate) struct State {
+    scratch: Vec<u8>,
+    cache: Vec<Cached>,
+    last_tag: Vec<u8>,
+    last_struct: usize,
+}
+
+#[derive(Default)]
+struct Cached {
+    bytes: Vec<u8>,
+    obj: Option<Py<PyAny>>,
+    /// Hits minus misses, bounded; at the floor the slot stops caching (a field that changes
+    /// every time, like a delta's text, then costs nothing more).
+    score: i8,
+}
+
+const SCORE_MAX: i8 = 16;
+const SCORE_OFF: i8 = -16;
+
+/// An owned reference, released on drop (what a declined, half-built object becomes).
+struct Owned(*mut ffi::PyObject);
+
+impl Owned {
+    fn new(ptr: *mut ffi::PyObject) -> Option<Owned> {
+        if ptr.is_null() {
+            // SAFETY: called with the GIL held (every caller is under a `Python` token).
+            unsafe { ffi::PyErr_Clear() };
+            None
+        } else {
+            Some(Owned(ptr))
+        }
+    }
+
+    fn into_raw(self) -> *mut ffi::PyObject {
+        let ptr = self.0;
+        std::mem::forget(self);
+        ptr
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is an owned reference, released with the GIL held.
+        unsafe { ffi::Py_DecRef(self.0) }
+    }
+}
+
+fn new_ref(ptr: *mut ffi::PyObject) -> Owned {
+    // SAFETY: `ptr` is a live object (None, True, False, a default value kept by the schema).
+    unsafe { ffi::Py_IncRef(ptr) };
+    Owned(ptr)
+}
+
+impl Schema {
+    /// Reads the description `rapidsse._native.describe` wrote.
+    fn from_description(
+        py: Python<'_>,
+        structs: &Bound<'_, PyList>,
+        roots: &Bound<'_, PyAny>,
+        tag_field: Option<String>,
+    ) -> PyResult<Schema> {
+        let mut schema = Schema {
+            structs: Vec::with_capacity(structs.len()),
+            tag_field: tag_field.map(|t| t.into_bytes().into_boxed_slice()),
+            tags: HashMap::new(),
+            root: None,
+            caches: 0,
+        };
+        let usable = direct_reads(py);
+        for entry in structs.iter() {
+            let entry = entry.cast_into::<PyTuple>()?;
+            let cls = entry.get_item(0)?.cast_into::<PyType>()?;
+            let described = entry.get_item(1)?;
+            let forbid_unknown: bool = entry.get_item(2)?.extract()?;
+            let tag: Option<String> = entry.get_item(3)?.extract()?;
+            // SAFETY: `cls` is a live type object; `tp_alloc` is one of its slots.
+            let alloc = unsafe { ffi::PyType_GetSlot(cls.as_type_ptr(), ffi::Py_tp_alloc) };
+            let alloc: Option<ffi::allocfunc> = if alloc.is_null() {
+                None
+            } else {
+                // SAFETY: the `Py_tp_alloc` slot holds an `allocfunc`.
+                Some(unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::allocfunc>(alloc) })
+            };
+            let itemsize: isize = cls.getattr("__itemsize__")?.extract()?;
+            let fields = match (alloc, described.is_none(), usable && itemsize == 0) {
+                (Some(_), false, true) => {
+                    let described = described.cast_into::<PyList>()?;
+                    schema.fields_of(py, &cls, &described)?
+                }
+                _ => None,
+            };
+            schema.structs.push(StructPlan {
+                cls: cls.unbind(),
+                alloc: alloc.unwrap_or(ffi::PyType_GenericAlloc),
+                fields,
+                forbid_unknown,
+                tag_field: tag.map(|t| t.into_bytes().into_boxed_slice()),
+            });
+        }
+        if let Ok(tags) = roots.cast::<PyDict>() {
+            for (tag, index) in tags.iter() {
+                let tag: String = tag.extract()?;
+                schema
+                    .tags
+                    .insert(tag.into_bytes().into_boxed_slice(), index.extract()?);
+            }
+        } else {
+            schema.root = Some(roots.extract()?);
+        }
+        let n = schema.structs.len();
+        let in_range = |node: &Node| node.strukt == usize::MAX || node.strukt < n;
+        let valid = schema.structs.iter().all(|s| {
+            s.fields.iter().flatten().all(|f| {
+                in_range(&f.node) && f.node.item.as_deref().is_none_or(in_range)
+            })
+        }) && schema.tags.values().chain(schema.root.iter()).all(|&i| i < n);
+        if !valid {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "struct index out of range in the schema description",
+            ));
+        }
+        Ok(schema)
+    }
+
+    /// The fields of `cls`, their slots checked on an instance holding a distinct object in
+    /// every field; None (left to msgspec) when a slot does not check out.
+    fn fields_of(
+        &mut self,
+        py: Python<'_>,
+        cls: &Bound<'_, PyType>,
+        described: &Bound<'_, PyList>,
+    ) -> PyResult<Option<Vec<Field>>> {
+        if described.len() > 64 {
+            return Ok(None);
+        }
+        let kwargs = PyDict::new(py);
+        let builtins = py.import("builtins")?;
+        let make_object = builtins.getattr("object")?;
+        for field in described.iter() {
+            let field = field.cast_into::<PyTuple>()?;
+            kwargs.set_item(field.get_item(0)?, make_object.call0()?)?;
+        }
+        let Ok(instance) = cls.call((), Some(&kwargs)) else {
+            return Ok(None);
+        };
+        if !instance.get_type().is(cls) {
+            return Ok(None);
+        }
+        let mut fields = Vec::with_capacity(described.len());
+        for field in described.iter() {
+            let field = field.cast_into::<PyTuple>()?;
+            let name: String = field.get_item(0)?.extract()?;
+            let json: String = field.get_item(1)?.extract()?;
+            let Some(slot) = Slot::of(cls, &name, &instance) else {
+                return Ok(None);
+            };
+            let node = self.node(&field.get_item(2)?)?;
+            let kind: u8 = field.get_item(3)?.extract()?;
+            let default = match kind {
+                0 => Default::Required,
+                1 => Default::Value(field.get_item(4)?.unbind()),
+                2 => Default::List,
+                3 => Default::Dict,
+                _ => return Ok(None),
+            };
+            fields.push(Field {
+                json: json.into_bytes().into_boxed_slice(),
+                offset: slot.offset(),
+                node,
+                default,
+            });
+        }
+        Ok(Some(fields))
+    }
+
+    fn node(&mut self, described: &Bound<'_, PyAny>) -> PyResult<Node> {
+        let (mask, item, strukt): (u8, Bound<'_, PyAny>, isize) = described.extract()?;
+        let item = if item.is_none() {
+            None
+        } else {
+            Some(Box::new(self.node(&item)?))
+        };
+        let cache = self.caches;
+        if mask & STR != 0 {
+            self.caches += 1;
+        }
+        Ok(Node {
+            mask,
+            item,
+            strukt: usize::try_from(strukt).unwrap_or(usize::MAX),
+            cache,
+        })
+    }
+
+    pub(crate) fn state(&self) -> State {
+        State {
+            scratch: Vec::new(),
+            cache: (0..self.caches).map(|_| Cached::default()).collect(),
+            last_tag: Vec::new(),
+            last_struct: usize::MAX,
+        }
+    }
+
+    /// The typed event of `payload` (one JSON object), or None to leave it to msgspec.
+    pub(crate) fn decode<'py>(
+        &self,
+        py: Python<'py>,
+        state: &mut State,
+        payload: &[u8],
+    ) -> Option<Bound<'py, PyAny>> {
+        let mut lx = Lexer::new(payload);
+        if !lx.eat(b'{') {
+            return None;
+        }
+        let obj = match &self.tag_field {
+            Some(tag_field) => {
+                if lx.plain_string()? != &tag_field[..] || !lx.eat(b':') {
+                    return None;
+                }
+                let tag = lx.plain_string()?;
+                let index = if state.last_struct != usize::MAX && state.last_tag == tag {
+                    state.last_struct
+                } else {
+                    let index = *self.tags.get(tag)?;
+                    state.last_tag.clear();
+                    state.last_tag.extend_from_slice(tag);
+                    state.last_struct = index;
+                    index
+                };
+                self.object(py, &mut lx, state, index, false, 0)?
+            }
+            None => self.object(py, &mut lx, state, self.root?, true, 0)?,
+        };
+        if !lx.at_end() {
+            return None;
+        }
+        // SAFETY: `obj` is an owned reference to a complete object.
+        Some(unsafe { Bound::from_owned_ptr(py, obj.into_raw()) })
+    }
+
+    /// The members of an object whose `{` (and, when `!first`, its tag) was read, built as
+    /// the Struct `index`.
+    fn object(
+        &self,
+        py: Python<'_>,
+        lx: &mut Lexer<'_>,
+        state: &mut State,
+        index: usize,
+        first: bool,
+        depth: usize,
+    ) -> Option<Owned> {
+        let plan = &self.structs[index];
+        let fields = plan.fields.as_deref()?;
+        // SAFETY: `alloc` is the class's own `tp_alloc`, called as msgspec's `Struct_alloc`
+        // calls it (no items); it returns a zeroed instance (every slot NULL) or NULL.
+        let obj = Owned::new(unsafe { (plan.alloc)(plan.cls.as_ptr().cast(), 0) })?;
+        let base = obj.0.cast::<u8>();
+        let mut seen: u64 = 0;
+        let mut next = 0usize;
+        let mut more = if first {
+            !lx.eat(b'}')
+        } else if lx.eat(b',') {
+            true
+        } else if lx.eat(b'}') {
+            false
+        } else {
+            return None;
+        };
+        while more {
+            let key = lx.plain_string()?;
+            if !lx.eat(b':') {
+                return None;
+            }
+            let found = if fields.get(next).is_some_and(|f| same(&f.json, key)) {
+                Some(next)
+            } else {
+                fields.iter().position(|f| same(&f.json, key))
+            };
+            match found {
+                Some(i) => {
+                    let bit = 1u64 << i;
+                    if seen & bit != 0 {
+                        return None;
+                    }
+                    seen |= bit;
+                    next = i + 1;
+                    let field = &fields[i];
+                    let value = self.value(py, lx, state, &field.node, depth)?;
+                    // SAFETY: the slot at `offset` lies in the instance (checked against
+                    // `getattr` when the schema was read) and is still NULL (first sight of
+                    // this key); the instance takes the reference.
+                    unsafe {
+                        *base.add(field.offset).cast::<*mut ffi::PyObject>() = value.into_raw();
+                    }
+                }
+                None => {
+                    if plan.forbid_unknown || plan.tag_field.as_deref() == Some(key) {
+                        return None;
+                    }
+                    lx.skip_value(depth + 1)?;
+                }
+            }
+            if lx.eat(b',') {
+                continue;
+            }
+            if lx.eat(b'}') {
+                more = false;
+            } else {
+                return None;
+            }
+        }
+        for (i, field) in fields.iter().enumerate() {
+            if seen & (1u64 << i) != 0 {
+                continue;
+            }
+            // SAFETY: creating objects with the GIL held.
+            let value = match &field.default {
+                Default::Required => return None,
+                Default::Value(v) => new_ref(v.as_ptr()),
+                Default::List => Owned::new(unsafe { ffi::PyList_New(0) })?,
+                Default::Dict => Owned::new(unsafe { ffi::PyDict_New() })?,
+            };
+            // SAFETY: as above; this slot is still NULL.
+            unsafe {
+                *base.add(field.offset).cast::<*mut ffi::PyObject>() = value.into_raw();
+            }
+        }
+        Some(obj)
+    }
+
+    fn value(
+        &self,
+        py: Python<'_>,
+        lx: &mut Lexer<'_>,
+        state: &mut State,
+        node: &Node,
+        depth: usize,
+    ) -> Option<Owned> {
+        let mask = node.mask;
+        if mask & UNSUPPORTED != 0 {
+            return None;
+        }
+        // SAFETY (every FFI call below): creating objects with the GIL held.
+        match lx.peek()? {
+            b'"' if mask & STR != 0 => {
+                let State { scratch, cache, .. } = state;
+                let text = lx.string(scratch)?;
+                string(py, text, &mut cache[node.cache])
+            }
+            b'-' | b'0'..=b'9' if mask & (INT | FLOAT) != 0 => match lx.number()? {
+                Num::Int(n) if mask & INT != 0 => {
+                    Owned::new(unsafe { ffi::PyLong_FromLongLong(n) })
+                }
+                Num::Int(n) if (-EXACT_FLOAT_INT..=EXACT_FLOAT_INT).contains(&n) => {
+                    Owned::new(unsafe { ffi::PyFloat_FromDouble(n as f64) })
+                }
+                Num::Float(f) if mask & FLOAT != 0 => {
+                    Owned::new(unsafe { ffi::PyFloat_FromDouble(f) })
+                }
+                _ => None,
+            },
+            b'n' if mask & NULL != 0 => lx
+                .literal(b"null")
+                .then(|| new_ref(unsafe { ffi::Py_None() })),
+            b't' if mask & BOOL != 0 => lx
+                .literal(b"true")
+                .then(|| new_ref(unsafe { ffi::Py_True() })),
+            b'f' if mask & BOOL != 0 => lx
+                .literal(b"false")
+                .then(|| new_ref(unsafe { ffi::Py_False() })),
+            b'[' if mask & LIST != 0 && depth < MAX_DEPTH => {
+                let item = node.item.as_deref()?;
+                lx.eat(b'[');
+                let mut items: Vec<Owned> = Vec::new();
+                if !lx.eat(b']') {
+                    loop {
+                        items.push(self.value(py, lx, state, item, depth + 1)?);
+                        if lx.eat(b',') {
+                            continue;
+                        }
+                        if lx.eat(b']') {
+                            break;
+                        }
+                        return None;
+                    }
+                }
+                let list = Owned::new(unsafe { ffi::PyList_New(items.len() as ffi::Py_ssize_t) })?;
+                for (i, item) in items.into_iter().enumerate() {
+                    // SAFETY: `i` is within the new list's length; the list takes the reference.
+                    unsafe { ffi::PyList_SetItem(list.0, i as ffi::Py_ssize_t, item.into_raw()) };
+                }
+                Some(list)
+            }
+            b'{' if mask & STRUCT != 0 && depth < MAX_DEPTH => {
+                lx.eat(b'{');
+                self.object(py, lx, state, node.strukt, true, depth + 1)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Whether two short byte strings (object keys) are equal, without a call to `memcmp`.
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if (8..=16).contains(&n) {
+        let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
+        return word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8);
+    }
+    a == b
+}
+
+/// A str of `text` (UTF-8, checked by Python's strict decoder), reusing the cached one when the
+/// field repeats its previous value.
+fn string(py: Python<'_>, text: Text<'_>, cached: &mut Cached) -> Option<Owned> {
+    let bytes = text.bytes;
+    let keep = bytes.len() <= CACHED_LEN && cached.score > SCORE_OFF;
+    if keep {
+        if let Some(obj) = &cached.obj {
+            if cached.bytes == bytes {
+                cached.score = (cached.score + 1).min(SCORE_MAX);
+                return Some(new_ref(obj.as_ptr()));
+            }
+        }
+    }
+    let obj = if text.ascii {
+        ascii_str(bytes)?
+    } else {
+        // SAFETY: decoding a byte slice with the GIL held; NULL (invalid UTF-8) declines.
+        Owned::new(unsafe {
+            ffi::PyUnicode_DecodeUTF8(
+                bytes.as_ptr().cast(),
+                bytes.len() as ffi::Py_ssize_t,
+                std::ptr::null(),
+            )
+        })?
+    };
+    if keep {
+        cached.score -= 1;
+        cached.bytes.clear();
+        cached.bytes.extend_from_slice(bytes);
+        // SAFETY: a new reference for the cache, released when it is replaced or dropped.
+        cached.obj = Some(unsafe { Bound::from_owned_ptr(py, new_ref(obj.0).into_raw()) }.unbind());
+    }
+    Some(obj)
+}
+
+extern "C" {
+    // Not in the limited API, but exported by every CPython 3 (the builder only runs on the
+    // CPython versions `direct_reads` admits): a new, writable str, as msgspec makes its own.
+    fn PyUnicode_New(size: ffi::Py_ssize_t, maxchar: ffi::Py_UCS4) -> *mut ffi::PyObject;
+}
+
+/// A str of ASCII `bytes`, written into a fresh compact ASCII str (no second scan of the bytes,
+/// which `PyUnicode_DecodeUTF8` would make).
+fn ascii_str(bytes: &[u8]) -> Option<Owned> {
+    // SAFETY: a fresh str of `bytes.len()` ASCII characters is not shared yet; its UTF-8 buffer
+    // is its character data (compact ASCII), `bytes.len()` long, written once here.
+    unsafe {
+        let obj = Owned::new(PyUnicode_New(bytes.len() as ffi::Py_ssize_t, 127))?;
+        let mut size: ffi::Py_ssize_t = 0;
+        let data = ffi::PyUnicode_AsUTF8AndSize(obj.0, &mut size);
+        if data.is_null() || size as usize != bytes.len() {
+            ffi::PyErr_Clear();
+            return None;
+        }
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), data.cast_mut().cast::<u8>(), bytes.len());
+        Some(obj)
+    }
+}
+
+/// The schemas of one protocol for the builder (`rapidsse._native.native_schema` makes it):
+/// `structs` lists `(cls, fields or None, forbid_unknown_fields, tag_field)`, each field
+/// `(name, json_name, node, default_kind, default)`, each node `(mask, item_node, struct)`;
+/// `roots` maps each top-level tag to its struct (tagged protocols) or is the top-level struct.
+#[pyclass(module = "rapidsse._rapidsse", frozen)]
+pub struct NativeSchema {
+    pub(crate) schema: Arc<Schema>,
+}
+
+#[pymethods]
+impl NativeSchema {
+    #[new]
+    #[pyo3(signature = (structs, roots, tag_field = None))]
+    fn new(
+        py: Python<'_>,
+        structs: &Bound<'_, PyList>,
+        roots: &Bound<'_, PyAny>,
+        tag_field: Option<String>,
+    ) -> PyResult<NativeSchema> {
+        Ok(NativeSchema {
+            schema: Arc::new(Schema::from_description(py, structs, roots, tag_field)?),
+        })
+    }
+
+    /// The classes built natively (those whose fields all check out), by name: for tests.
+    fn native_classes(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.schema
+            .structs
+            .iter()
+            .filter(|s| s.fields.is_some())
+            .map(|s| Ok(s.cls.bind(py).name()?.to_string()))
+            .collect()
+    }
+
+    /// Decodes each payload, with one state for them all, as a decoder has for its stream;
+    /// None where the builder declines. For the tests.
+    fn decode_each<'py>(
+        &self,
+        py: Python<'py>,
+        payloads: Vec<Vec<u8>>,
+    ) -> Vec<Option<Bound<'py, PyAny>>> {
+        let mut state = self.schema.state();
+        payloads
+            .iter()
+            .map(|p| self.schema.decode(py, &mut state, p))
+            .collect()
+    }
+}

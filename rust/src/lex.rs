@@ -1,0 +1,639 @@
+//! A strict JSON lexer for building typed objects straight from a payload.
+//!
+//! The binding layer builds msgspec Structs from JSON without msgspec (see
+//! `bindings/native.rs`) and hands msgspec whatever it declines. So this lexer only has to be
+//! right when it accepts: anything odd (a lone `\u` surrogate, an integer beyond `i64`, a float
+//! that overflows, a raw control character in a string) makes it answer `None`, and msgspec
+//! decides. It is never more lenient than msgspec: what it accepts, msgspec accepts and reads
+//! the same way.
+
+/// A JSON number, as its syntax says: an integer literal or a float literal.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+/// A string's content: borrowed from the input when it has no escapes, else unescaped into the
+/// caller's scratch buffer. `ascii` says no byte is 0x80 or above (non-ASCII bytes are not
+/// checked for UTF-8 here: the caller's UTF-8 decoder does that).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Text<'s> {
+    pub bytes: &'s [u8],
+    pub ascii: bool,
+    pub escaped: bool,
+}
+
+/// The deepest nesting [`Lexer::skip_value`] walks (deeper: declined).
+pub const MAX_DEPTH: usize = 64;
+
+pub struct Lexer<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+/// Where the next byte of a string needs a closer look: `"`, `\`, a control character, or
+/// (reported apart) a byte of 0x80 or above.
+#[inline]
+fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<usize> {
+    let mut i = from;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8,
+            _mm_or_si128, _mm_set1_epi8,
+        };
+        // SAFETY: SSE2 is in the x86-64 baseline; each load reads the 16 bytes at `i`, inside
+        // `buf` (`i + 16 <= buf.len()`), unaligned loads allowed.
+        unsafe {
+            let quote = _mm_set1_epi8(b'"' as i8);
+            let backslash = _mm_set1_epi8(b'\\' as i8);
+            let control = _mm_set1_epi8(0x1f);
+            while i + 16 <= buf.len() {
+                let v = _mm_loadu_si128(buf.as_ptr().add(i).cast::<__m128i>());
+                let special = _mm_or_si128(
+                    _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                    _mm_cmpeq_epi8(_mm_min_epu8(v, control), v),
+                );
+                let stop = _mm_movemask_epi8(special) as u32;
+                let high = _mm_movemask_epi8(v) as u32;
+                if stop != 0 {
+                    let at = stop.trailing_zeros();
+                    // Only the high bytes before the stop belong to this run.
+                    if high & ((1u32 << at) - 1) != 0 {
+                        *ascii = false;
+                    }
+                    return Some(i + at as usize);
+                }
+                if high != 0 {
+                    *ascii = false;
+                }
+                i += 16;
+            }
+        }
+    }
+    while let Some(&c) = buf.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            return Some(i);
+        }
+        if c >= 0x80 {
+            *ascii = false;
+        }
+        i += 1;
+    }
+    None
+}
+
+#[inline]
+fn hex(d: u8) -> Option<u32> {
+    (d as char).to_digit(16)
+}
+
+impl<'a> Lexer<'a> {
+    pub fn new(buf: &'a [u8]) -> Lexer<'a> {
+        Lexer { buf, pos: 0 }
+    }
+
+    #[inline]
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Skips JSON whitespace (space, tab, LF, CR) and returns the next byte.
+    #[inline(always)]
+    pub fn peek(&mut self) -> Option<u8> {
+        loop {
+            let b = *self.buf.get(self.pos)?;
+            match b {
+                b' ' | b'\t' | b'\n' | b'\r' => self.pos += 1,
+                _ => return Some(b),
+            }
+        }
+    }
+
+    /// Consumes `byte` (after whitespace) if it is next.
+    #[inline(always)]
+    pub fn eat(&mut self, byte: u8) -> bool {
+        if self.peek() == Some(byte) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether only whitespace is left.
+    pub fn at_end(&mut self) -> bool {
+        self.peek().is_none()
+    }
+
+    /// Consumes `word` (`true`, `false`, `null`) if it is next (after whitespace).
+    #[inline]
+    pub fn literal(&mut self, word: &[u8]) -> bool {
+        self.peek();
+        if self.buf[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A string without escapes (an object key, a tag), borrowed; `None` if it has escapes or
+    /// control characters (the caller declines such a key).
+    #[inline]
+    pub fn plain_string(&mut self) -> Option<&'a [u8]> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let start = self.pos;
+        let mut ascii = true;
+        let end = string_stop(self.buf, start, &mut ascii)?;
+        if self.buf[end] != b'"' {
+            return None;
+        }
+        self.pos = end + 1;
+        Some(&self.buf[start..end])
+    }
+
+    /// A string value. Escapes are resolved into `scratch`; a lone surrogate escape, an unknown
+    /// escape, a raw control character or an unterminated string gives `None`.
+    #[inline]
+    pub fn string<'s>(&mut self, scratch: &'s mut Vec<u8>) -> Option<Text<'s>>
+    where
+        'a: 's,
+    {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let start = self.pos;
+        let mut ascii = true;
+        let end = string_stop(self.buf, start, &mut ascii)?;
+        match self.buf[end] {
+            b'"' => {
+                self.pos = end + 1;
+                return Some(Text {
+                    bytes: &self.buf[start..end],
+                    ascii,
+                    escaped: false,
+                });
+            }
+            b'\\' => {}
+            _ => return None,
+        }
+        scratch.clear();
+        scratch.extend_from_slice(&self.buf[start..end]);
+        self.pos = end;
+        loop {
+            match *self.buf.get(self.pos)? {
+                b'"' => {
+                    self.pos += 1;
+                    return Some(Text {
+                        bytes: scratch,
+                        ascii,
+                        escaped: true,
+                    });
+                }
+                b'\\' => {
+                    let escaped = *self.buf.get(self.pos + 1)?;
+                    self.pos += 2;
+                    let byte = match escaped {
+                        b'"' => b'"',
+                        b'\\' => b'\\',
+                        b'/' => b'/',
+                        b'b' => 0x08,
+                        b'f' => 0x0c,
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'u' => {
+                            let c = self.unicode_escape()?;
+                            if !c.is_ascii() {
+                                ascii = false;
+                            }
+                            let mut utf8 = [0u8; 4];
+                            scratch.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+                            continue;
+                        }
+                        _ => return None,
+                    };
+                    scratch.push(byte);
+                }
+                _ => {
+                    let from = self.pos;
+                    let stop = string_stop(self.buf, from, &mut ascii)?;
+                    if self.buf[stop] < 0x20 {
+                        return None;
+                    }
+                    scratch.extend_from_slice(&self.buf[from..stop]);
+                    self.pos = stop;
+                }
+            }
+        }
+    }
+
+    /// The four hex digits after `\u` (and a second escape for a surrogate pair).
+    fn unicode_escape(&mut self) -> Option<char> {
+        let first = self.hex4()?;
+        match first {
+            0xD800..=0xDBFF => {
+                if self.buf.get(self.pos..self.pos + 2)? != b"\\u" {
+                    return None;
+                }
+                self.pos += 2;
+                let second = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&second) {
+                    return None;
+                }
+                char::from_u32(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))
+            }
+            0xDC00..=0xDFFF => None,
+            c => char::from_u32(c),
+        }
+    }
+
+    fn hex4(&mut self) -> Option<u32> {
+        let d = self.buf.get(self.pos..self.pos + 4)?;
+        let n = (hex(d[0])? << 12) | (hex(d[1])? << 8) | (hex(d[2])? << 4) | hex(d[3])?;
+        self.pos += 4;
+        Some(n)
+    }
+
+    /// A number, by JSON's grammar `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`. An integer
+    /// literal outside `i64`, `-0`, and a float literal that is not finite give `None`.
+    #[inline]
+    pub fn number(&mut self) -> Option<Num> {
+        self.peek();
+        let start = self.pos;
+        let buf = self.buf;
+        let mut i = start;
+        let negative = buf.get(i) == Some(&b'-');
+        if negative {
+            i += 1;
+        }
+        let digits_start = i;
+        let mut n: u64 = 0;
+        let mut overflow = false;
+        while let Some(&d @ b'0'..=b'9') = buf.get(i) {
+            match n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d - b'0'))) {
+                Some(v) => n = v,
+                None => overflow = true,
+            }
+            i += 1;
+        }
+        let len = i - digits_start;
+        if len == 0 || (len > 1 && buf[digits_start] == b'0') {
+            return None;
+        }
+        let mut float = false;
+        if buf.get(i) == Some(&b'.') {
+            i += 1;
+            let from = i;
+            while let Some(b'0'..=b'9') = buf.get(i) {
+                i += 1;
+            }
+            if i == from {
+                return None;
+            }
+            float = true;
+        }
+        if let Some(b'e' | b'E') = buf.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = buf.get(i) {
+                i += 1;
+            }
+            let from = i;
+            while let Some(b'0'..=b'9') = buf.get(i) {
+                i += 1;
+            }
+            if i == from {
+                return None;
+            }
+            float = true;
+        }
+        self.pos = i;
+        if float {
+            // SAFETY: the slice is ASCII (sign, digits, '.', 'e', '+', '-'), checked above.
+            let text = unsafe { std::str::from_utf8_unchecked(&buf[start..i]) };
+            let f: f64 = text.parse().ok()?;
+            return f.is_finite().then_some(Num::Float(f));
+        }
+        if overflow || (negative && n == 0) {
+            return None;
+        }
+        if negative {
+            // -(2^63) fits; anything larger in magnitude does not.
+            if n <= i64::MAX as u64 + 1 {
+                Some(Num::Int((n as i64).wrapping_neg()))
+            } else {
+                None
+            }
+        } else {
+            i64::try_from(n).ok().map(Num::Int)
+        }
+    }
+
+    /// Validates and skips any JSON value (strings checked as [`Lexer::string`] checks them, and
+    /// for UTF-8; nesting up to [`MAX_DEPTH`]).
+    pub fn skip_value(&mut self, depth: usize) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.skip_string(),
+            b'{' => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                self.pos += 1;
+                if self.eat(b'}') {
+                    return Some(());
+                }
+                loop {
+                    if self.peek()? != b'"' {
+                        return None;
+                    }
+                    self.skip_string()?;
+                    if !self.eat(b':') {
+                        return None;
+                    }
+                    self.skip_value(depth + 1)?;
+                    match self.peek()? {
+                        b',' => self.pos += 1,
+                        b'}' => {
+                            self.pos += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b'[' => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                self.pos += 1;
+                if self.eat(b']') {
+                    return Some(());
+                }
+                loop {
+                    self.skip_value(depth + 1)?;
+                    match self.peek()? {
+                        b',' => self.pos += 1,
+                        b']' => {
+                            self.pos += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b't' => self.literal(b"true").then_some(()),
+            b'f' => self.literal(b"false").then_some(()),
+            b'n' => self.literal(b"null").then_some(()),
+            b'-' | b'0'..=b'9' => {
+                // Any syntactically valid number is fine here, however large.
+                let start = self.pos;
+                match self.number() {
+                    Some(_) => Some(()),
+                    None => {
+                        self.pos = start;
+                        self.skip_number_syntax()
+                    }
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// A syntactically valid number whose value [`Lexer::number`] refuses (huge, `-0`, ...).
+    fn skip_number_syntax(&mut self) -> Option<()> {
+        let buf = self.buf;
+        let mut i = self.pos;
+        if buf.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match buf.get(i)? {
+            b'0' => i += 1,
+            b'1'..=b'9' => {
+                while let Some(b'0'..=b'9') = buf.get(i) {
+                    i += 1;
+                }
+            }
+            _ => return None,
+        }
+        if buf.get(i) == Some(&b'.') {
+            i += 1;
+            let from = i;
+            while let Some(b'0'..=b'9') = buf.get(i) {
+                i += 1;
+            }
+            if i == from {
+                return None;
+            }
+        }
+        if let Some(b'e' | b'E') = buf.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = buf.get(i) {
+                i += 1;
+            }
+            let from = i;
+            while let Some(b'0'..=b'9') = buf.get(i) {
+                i += 1;
+            }
+            if i == from {
+                return None;
+            }
+        }
+        self.pos = i;
+        Some(())
+    }
+
+    fn skip_string(&mut self) -> Option<()> {
+        let mut scratch = Vec::new();
+        let text = self.string(&mut scratch)?;
+        if !text.ascii && std::str::from_utf8(text.bytes).is_err() {
+            return None;
+        }
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn string(json: &str) -> Option<(String, bool)> {
+        let mut scratch = Vec::new();
+        let mut lx = Lexer::new(json.as_bytes());
+        let text = lx.string(&mut scratch)?;
+        let ascii = text.ascii;
+        let s = String::from_utf8(text.bytes.to_vec()).ok()?;
+        Some((s, ascii))
+    }
+
+    #[test]
+    fn strings_agree_with_serde() {
+        let cases = [
+            r#""""#,
+            r#""plain""#,
+            r#""a\"b\\c\/d\be\ff\ng\rh\ti""#,
+            r#""\u00e9t\u00E9""#,
+            r#""\ud83d\ude00 smile""#,
+            "\"caf\u{e9} \u{1F600}\"",
+            r#""0123456789abcdef0123456789abcdef\n0123456789abcdef""#,
+            "\"0123456789abcdef0123456789\u{e9}abcdef\\\"x\"",
+            r#""\u0000""#,
+        ];
+        for case in cases {
+            let ours = string(case).unwrap_or_else(|| panic!("refused {case}"));
+            let theirs: String = serde_json::from_str(case).unwrap();
+            assert_eq!(ours.0, theirs, "{case}");
+            assert_eq!(ours.1, theirs.is_ascii(), "{case}");
+        }
+    }
+
+    #[test]
+    fn odd_strings_are_refused() {
+        let cases = [
+            r#""\ud83d""#,
+            r#""\ude00""#,
+            r#""\ud83d\u0041""#,
+            r#""\x""#,
+            r#""\u12""#,
+            r#""unterminated"#,
+            "\"tab\there\"",
+            "\"0123456789abcdef0123\u{1}456789\"",
+            r#""ends with \"#,
+        ];
+        for case in cases {
+            assert_eq!(string(case), None, "{case}");
+        }
+    }
+
+    #[test]
+    fn ascii_flag_is_exact_at_every_position() {
+        for len in 0..40 {
+            for at in 0..len {
+                let mut s = "a".repeat(len);
+                s.replace_range(at..at + 1, "\u{e9}");
+                let json = format!("\"{s}\"");
+                let (out, ascii) = string(&json).unwrap();
+                assert_eq!(out, s);
+                assert!(!ascii, "{json}");
+                let json = format!("\"{}\\n{s}\"", "b".repeat(at));
+                let (_, ascii) = string(&json).unwrap();
+                assert!(!ascii, "{json}");
+            }
+            let (_, ascii) = string(&format!("\"{}\"", "a".repeat(len))).unwrap();
+            assert!(ascii);
+            // Non-ASCII after the closing quote is not part of the string.
+            let json = format!("\"{}\"\u{e9}", "a".repeat(len));
+            let (_, ascii) = string(&json).unwrap();
+            assert!(ascii, "{json}");
+        }
+    }
+
+    fn number(text: &str) -> Option<Num> {
+        let mut lx = Lexer::new(text.as_bytes());
+        let n = lx.number()?;
+        lx.at_end().then_some(n)
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(number("0"), Some(Num::Int(0)));
+        assert_eq!(number("-12"), Some(Num::Int(-12)));
+        assert_eq!(number("9223372036854775807"), Some(Num::Int(i64::MAX)));
+        assert_eq!(number("-9223372036854775808"), Some(Num::Int(i64::MIN)));
+        assert_eq!(number("9223372036854775808"), None);
+        assert_eq!(number("-9223372036854775809"), None);
+        assert_eq!(number("99999999999999999999999"), None);
+        assert_eq!(number("-0"), None);
+        assert_eq!(number("1.5"), Some(Num::Float(1.5)));
+        assert_eq!(number("-0.0"), Some(Num::Float(-0.0)));
+        assert_eq!(number("1e3"), Some(Num::Float(1000.0)));
+        assert_eq!(number("1E-2"), Some(Num::Float(0.01)));
+        assert_eq!(number("2.5e+1"), Some(Num::Float(25.0)));
+        assert_eq!(number("1e400"), None);
+        for bad in ["01", "1.", ".5", "-", "1e", "1e+", "+1", "--1", "0x1"] {
+            let mut lx = Lexer::new(bad.as_bytes());
+            let whole = lx.number().is_some() && lx.at_end();
+            assert!(!whole, "{bad}");
+        }
+        for f in ["0.1", "3.141592653589793", "1.7976931348623157e308", "5e-324", "123456789012345678901234567890.5"] {
+            let ours = number(f).unwrap();
+            let theirs: f64 = serde_json::from_str(f).unwrap();
+            assert_eq!(ours, Num::Float(theirs), "{f}");
+        }
+    }
+
+    fn skips(json: &str) -> bool {
+        let mut lx = Lexer::new(json.as_bytes());
+        lx.skip_value(0).is_some() && lx.at_end()
+    }
+
+    #[test]
+    fn skip_accepts_only_json() {
+        for good in [
+            r#"{"a": [1, 2.5, -0, 1e999, 123456789012345678901234567890, true, false, null, "x\n"], "b": {}}"#,
+            " [ ] ",
+            r#""\ud83d\ude00""#,
+        ] {
+            assert!(skips(good), "{good}");
+            assert!(serde_json::from_str::<serde_json::Value>(good).is_ok() || good.contains("1e999"));
+        }
+        for bad in [
+            r#"{"a": 1,}"#,
+            "[1,]",
+            r#"{"a" 1}"#,
+            r#"{1: 2}"#,
+            "tru",
+            "nul",
+            "[01]",
+            r#""\ud800""#,
+            "\"\u{1}\"",
+            "[",
+            "{",
+        ] {
+            assert!(!skips(bad), "{bad}");
+        }
+        // Invalid UTF-8 inside a skipped string.
+        let mut lx = Lexer::new(b"\"\xff\"");
+        assert!(lx.skip_value(0).is_none());
+        let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
+        assert!(!skips(&deep));
+        let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
+        assert!(skips(&ok));
+    }
+
+    #[test]
+    fn differential_against_serde_on_random_fragments() {
+        // Whatever the lexer accepts as a value, serde accepts too (it may refuse more).
+        let pieces = [
+            "{", "}", "[", "]", ",", ":", "\"a\"", "\"\\u00e9\"", "\"\\ud83d\"", "1", "-0", "1.5",
+            "1e5", "true", "null", " ", "\"x\\\"y\"", "01", "\"\\n\"",
+        ];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..200_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let n = 1 + (seed % 8) as usize;
+            let mut s = String::new();
+            let mut x = seed;
+            for _ in 0..n {
+                s.push_str(pieces[(x % pieces.len() as u64) as usize]);
+                x /= pieces.len() as u64;
+                if x == 0 {
+                    x = seed.rotate_left(17);
+                }
+            }
+            if skips(&s) {
+                // serde refuses a number out of `f64`'s range, which skipping need not.
+                let parsed = serde_json::from_str::<serde_json::Value>(&s);
+                let out_of_range = parsed
+                    .as_ref()
+                    .is_err_and(|e| e.to_string().contains("number out of range"));
+                assert!(parsed.is_ok() || out_of_range, "{s}");
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+"""The Structs the Rust core builds itself (``rust/src/bindings/native.rs``) against msgspec's.
+
+On the Rust backend, ``EventDecoder`` builds the plain events of a stream without msgspec and
+hands msgspec the rest. Whatever the builder returns must be exactly what msgspec decodes: the
+same class, equal fields of the same types, all the way down. Where msgspec refuses a payload,
+the builder must decline it (then msgspec's error reaches the user as before). These tests hold
+it to that on every corpus payload, on hand-made edge cases and on random mutations.
+
+The builder is part of the Rust backend only: in the pure-Python run these tests are skipped
+(the rest of the suite covers both backends' decoders, which give equal events).
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import sys
+from typing import Any
+
+import msgspec
+import pytest
+
+import rapidsse
+from rapidsse import _native, chat, decoding, responses
+
+from .conftest import chunked, corpus_files, native
+
+pytestmark = pytest.mark.skipif(
+    rapidsse.BACKEND != "rust" or native is None, reason="the Struct builder is the Rust backend's"
+)
+
+PROTOCOLS = {"responses": responses, "chat": chat}
+
+
+def schema(protocol: str) -> Any:
+    return _native.native_schema(native, PROTOCOLS[protocol].Event)
+
+
+def deep_same(a: Any, b: Any, path: str = "$") -> None:
+    """``a`` and ``b`` are the same value: same types (int is not float, not bool), equal."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, msgspec.Struct):
+        for name in a.__struct_fields__:
+            deep_same(getattr(a, name), getattr(b, name), f"{path}.{name}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            deep_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), path
+        for k in a:
+            deep_same(a[k], b[k], f"{path}.{k}")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def payloads(protocol: str) -> list[bytes]:
+    out = []
+    for path in corpus_files(protocol):
+        for event in rapidsse.SSEDecoder(None).feed(path.read_bytes()):
+            if event.data and event.data != "[DONE]" and "\n" not in event.data:
+                out.append(event.data.encode())
+    return out
+
+
+def check(protocol: str, batch: list[bytes]) -> int:
+    """Every payload of ``batch`` built natively equals msgspec's; declined where msgspec fails.
+    Returns how many were built."""
+    decode = msgspec.json.Decoder(PROTOCOLS[protocol].Event).decode
+    built = 0
+    for payload, ours in zip(batch, schema(protocol).decode_each(batch)):
+        try:
+            theirs = decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            assert ours is None, payload
+            continue
+        if ours is not None:
+            built += 1
+            deep_same(ours, theirs)
+            assert msgspec.json.encode(ours) == msgspec.json.encode(theirs)
+    return built
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat"])
+def test_every_corpus_payload_built_equals_msgspec(protocol):
+    batch = payloads(protocol)
+    built = check(protocol, batch)
+    # The builder is for the bulk of a stream: deltas and chunks. (Items, parts and responses
+    # hold tagged unions, which it leaves to msgspec.)
+    floor = 0.85 if protocol == "responses" else 1.0
+    assert built >= floor * len(batch), (built, len(batch))
+
+
+def test_the_hot_classes_are_built_natively():
+    classes = set(schema("responses").native_classes())
+    assert {"OutputTextDelta", "OutputTextDone", "FunctionCallArgumentsDelta", "ReasoningSummaryTextDelta"} <= classes
+    assert {"ChatCompletionChunk", "ChunkChoice", "ChoiceDelta", "ToolCallDelta"} <= set(schema("chat").native_classes())
+
+
+DELTA = '"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0'
+
+ACCEPTED = [
+    "{" + DELTA + ',"delta":"plain"}',
+    "{" + DELTA + r',"delta":"esc \" \\ \/ \b \f \n \r \t \u00e9 \ud83d\ude00 \u0000"}',
+    "{" + DELTA + ',"delta":"caf\u00e9 \u4e2d\u6587 \U0001f600"}',
+    "{" + DELTA + ',"delta":"' + "x" * 100 + '\u00e9"}',
+    '{ "type" : "response.output_text.delta" , "delta" : "spaced" ,\n\t"sequence_number" : 7 }\r\n ',
+    '{"type":"response.output_text.delta","sequence_number":3,"delta":"reordered","item_id":"x"}',
+    "{" + DELTA + ',"delta":"","unknown":{"a":[1,2.5,-0,1e400,null,true,"\\ud83d\\ude00"]},"more":123456789012345678901234567890}',
+    "{" + DELTA + ',"delta":"x","logprobs":[{"token":"a","logprob":-0.5,"bytes":[97],"top_logprobs":[]}]}',
+    "{" + DELTA + ',"delta":"x","logprobs":[{"token":"a","logprob":-1,"top_logprobs":[{"token":"b","logprob":-2.5e-3}]}]}',
+    "{" + DELTA + ',"delta":"x","logprobs":null,"obfuscation":null,"sequence_number":null}',
+    "{" + DELTA + ',"delta":"x","sequence_number":9223372036854775807}',
+    "{" + DELTA + ',"delta":"x","sequence_number":-9223372036854775808}',
+    '{"type":"response.output_text.done","item_id":"m","output_index":0,"content_index":0,"text":"done"}',
+    '{"type":"keepalive"}',
+    '{"type":"keepalive","sequence_number":1}',
+]
+
+REFUSED_BY_MSGSPEC = [
+    "{" + DELTA + "}",  # a required field missing
+    "{" + DELTA + ',"delta":1}',
+    "{" + DELTA + ',"delta":"x","sequence_number":1.5}',
+    "{" + DELTA + ',"delta":"x","sequence_number":"1"}',
+    "{" + DELTA + ',"delta":"x","sequence_number":true}',
+    "{" + DELTA + ',"delta":"x","logprobs":{}}',
+    "{" + DELTA + ',"delta":"x","logprobs":[1]}',
+    "{" + DELTA + ',"delta":"x",}',
+    "{" + DELTA + ',"delta":"x"',
+    "{" + DELTA + ',"delta":"x"}}',
+    "{" + DELTA + ',"delta":"x"} x',
+    "{" + DELTA + ',"delta":"x","u":[1,]}',
+    "{" + DELTA + ',"delta":"x","u":01}',
+    "{" + DELTA + ',"delta":"x\\q"}',
+    '{"type":"response.output_text.delta","delta":"x","type":"response.refusal.delta"}',
+    '{"type":"response.not.a.type","delta":"x"}',
+    "[1]",
+    "",
+]
+
+DECLINED = [
+    # msgspec reads these; the builder leaves them to it.
+    '{"delta":"x","type":"response.output_text.delta"}',  # the tag not first
+    "{" + DELTA + ',"delta":"x","delta":"y"}',  # a duplicate key
+    "{" + DELTA + r',"delt\u0061":"x"}',  # an escape in a key
+    "{" + DELTA + r',"delta":"\ud83d"}',  # a lone surrogate
+    "{" + DELTA + ',"delta":"x","sequence_number":123456789012345678901234567890}',
+    "{" + DELTA + ',"delta":"tab\there"}',  # a raw control character
+    '{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"m","content":[]}}',
+]
+
+
+@pytest.mark.parametrize("payload", ACCEPTED)
+def test_built(payload):
+    assert check("responses", [payload.encode()]) == 1
+
+
+@pytest.mark.parametrize("payload", REFUSED_BY_MSGSPEC + DECLINED)
+def test_declined(payload):
+    assert schema("responses").decode_each([payload.encode()]) == [None]
+    check("responses", [payload.encode()])
+
+
+def test_invalid_utf8_is_declined():
+    raw = b"{" + DELTA.encode() + b',"delta":"\xff\xfe"}'
+    assert schema("responses").decode_each([raw]) == [None]
+    bad_unknown = b"{" + DELTA.encode() + b',"delta":"x","u":"\xc3"}'
+    assert schema("responses").decode_each([bad_unknown]) == [None]
+
+
+def test_chat_edge_cases():
+    cases = [
+        '{"id":"c","choices":[{"index":0,"delta":{"content":[{"type":"text","text":"part"}]}}]}',
+        '{"id":"c","choices":[{"index":0,"delta":{"content":[{"type":"thinking","thinking":[{"type":"text","text":"t"}]}]}}]}',
+        '{"id":"c","created":1.5,"choices":[]}',
+        '{"id":"c","created":17,"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a\\":1}"}}]}}]}',
+        '{"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens_details":{"reasoning_tokens":0}}}',
+        '{"id":"c","error":{"message":"m","code":500}}',
+        '{"id":"c","error":{"message":"m","code":"x"}}',
+        '{"choices":[{"delta":{"content":{"type":"text"}}}]}',  # msgspec refuses
+        '{"choices":[{"index":"0"}]}',  # msgspec refuses
+        '{"id":"c","choices":[{"index":0,"delta":{"content":[{"type":"image_url","image_url":{"url":"u"}}]}}]}',
+    ]
+    built = check("chat", [c.encode() for c in cases])
+    assert built >= 7
+
+
+def mutations(payload: bytes, rng: random.Random) -> bytes:
+    b = bytearray(payload)
+    for _ in range(rng.randint(1, 3)):
+        op = rng.randrange(5)
+        i = rng.randrange(len(b) + 1)
+        if op == 0 and b:
+            del b[min(i, len(b) - 1)]
+        elif op == 1:
+            b.insert(i, rng.choice(b'{}[],:"\\ 0123456789-.eEtrufalsn\xc3\xa9\x01'))
+        elif op == 2 and b:
+            b[min(i, len(b) - 1)] = rng.randrange(256)
+        elif op == 3:
+            b[i:i] = rng.choice([b'"\\u00e9"', b"null", b"-0", b"1e999", b'"k":1,', b"[", b"}", b"\\ud83d"])
+        elif b:
+            j = rng.randrange(len(b))
+            b[i:j] = b""
+    return bytes(b)
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat"])
+def test_random_mutations_agree_with_msgspec(protocol):
+    rng = random.Random(20261130)
+    corpus = [p for p in payloads(protocol) if len(p) < 2000]
+    sample = rng.sample(corpus, min(400, len(corpus)))
+    batch = [mutations(p, rng) for p in sample for _ in range(25)]
+    # Many mutants stay valid (a changed digit or letter): a fair share is built and compared.
+    assert check(protocol, batch) > len(batch) // 5
+
+
+def test_no_reference_leaks():
+    """Built and declined objects release everything: the classes (each instance holds one
+    reference to its heap type) and the shared defaults come back to their counts."""
+    sch = schema("responses")
+    good = ("{" + DELTA + ',"delta":"x","logprobs":[{"token":"a","logprob":-1.0,"top_logprobs":[]}]}').encode()
+    declined = ("{" + DELTA + ',"delta":"x","logprobs":[{"token":"a"}],"sequence_number":1.5}').encode()
+    gc.collect()
+    before = (sys.getrefcount(responses.OutputTextDelta), sys.getrefcount(responses.Logprob))
+    for _ in range(3):
+        out = sch.decode_each([good, declined] * 500)
+        assert out.count(None) == 500
+        del out
+    gc.collect()
+    after = (sys.getrefcount(responses.OutputTextDelta), sys.getrefcount(responses.Logprob))
+    assert after == before
+
+
+def test_strings_reused_across_events_are_equal_strings():
+    sch = schema("responses")
+    batch = [("{" + DELTA + f',"delta":"d{i}","obfuscation":"same"}}').encode() for i in range(50)]
+    out = sch.decode_each(batch)
+    assert [e.delta for e in out] == [f"d{i}" for i in range(50)]
+    assert {e.item_id for e in out} == {"msg_1"} and {e.obfuscation for e in out} == {"same"}
+
+
+def test_decoder_with_and_without_the_builder_give_equal_events(monkeypatch):
+    for protocol in ("responses", "chat"):
+        for path in corpus_files(protocol)[:20]:
+            chunks = chunked(path.read_bytes(), 97)
+            with_builder = list(rapidsse.iter_events(chunks, protocol=protocol, on_error="keep"))
+            monkeypatch.setattr(_native, "ENABLED", False)
+            without = list(rapidsse.iter_events(chunks, protocol=protocol, on_error="keep"))
+            monkeypatch.setattr(_native, "ENABLED", True)
+            assert len(with_builder) == len(without)
+            for a, b in zip(with_builder, without):
+                if isinstance(a, decoding.InvalidEvent):
+                    assert type(b) is type(a) and a.raw == b.raw
+                else:
+                    deep_same(a, b)
