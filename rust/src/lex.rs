@@ -141,7 +141,7 @@ impl<'a> Lexer<'a> {
 
     /// A string without escapes (an object key, a tag), borrowed; `None` if it has escapes or
     /// control characters (the caller declines such a key).
-    #[inline]
+    #[inline(always)]
     pub fn plain_string(&mut self) -> Option<&'a [u8]> {
         if !self.eat(b'"') {
             return None;
@@ -261,7 +261,7 @@ impl<'a> Lexer<'a> {
 
     /// A number, by JSON's grammar `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`. An integer
     /// literal outside `i64`, `-0`, and a float literal that is not finite give `None`.
-    #[inline]
+    #[inline(always)]
     pub fn number(&mut self) -> Option<Num> {
         self.peek();
         let start = self.pos;
