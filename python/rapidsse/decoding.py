@@ -164,6 +164,10 @@ class _PyEventCore:
         self.done = False
         self._busy = Exclusive()
 
+    def finished(self) -> bool:
+        """Whether ``[DONE]`` was seen (what iterators ask after every chunk)."""
+        return self.done
+
     def feed(self, data: Bytes) -> list[Any]:
         with self._busy:
             return self._feed(data)
@@ -320,8 +324,7 @@ def _finished(decoder: EventDecoder) -> Union[Callable[[], bool], None]:
     """What tells an iterator to stop reading: ``[DONE]`` (Chat); Responses streams just end."""
     if decoder.protocol != "chat":
         return None
-    core = decoder._core
-    return lambda: core.done  # the core's own flag: read after every chunk
+    return decoder._core.finished  # the core's own method: called after every chunk
 
 
 def _chunks(source: Any) -> Iterable[Bytes]:

@@ -375,6 +375,12 @@ impl EventDecoder {
         self.done
     }
 
+    /// Whether the end-of-stream marker was seen: what iterators ask after every chunk (a
+    /// method call costs less than a lambda reading `done`).
+    fn finished(&self) -> bool {
+        self.done
+    }
+
     #[getter]
     fn last_event_id<'py>(
         &mut self,
