@@ -119,16 +119,20 @@ impl EventDecoder {
         if self.plan.is_empty() {
             return Ok(());
         }
-        if self.batch.is_empty() {
-            // Every event was built natively (the usual case for a clean stream).
-            let natives = self.plan.iter().filter_map(|entry| match entry {
-                Planned::Native(obj) => Some(obj.bind(py)),
-                _ => None,
+        if self.batch.is_empty()
+            && self
+                .plan
+                .iter()
+                .all(|entry| matches!(entry, Planned::Native(_)))
+        {
+            // Every event was built natively (the usual case for a clean stream): the list
+            // takes them over from the plan.
+            let natives = self.plan.drain(..).map(|entry| match entry {
+                Planned::Native(obj) => obj,
+                _ => unreachable!("checked above"),
             });
-            if natives.clone().count() == self.plan.len() {
-                *out = Some(PyList::new(py, natives)?);
-                return Ok(());
-            }
+            *out = Some(PyList::new(py, natives)?);
+            return Ok(());
         }
         let mut decoded = self.decode_batch(py);
         if decoded.is_none() && self.unrouted && !self.batch.is_empty() {
