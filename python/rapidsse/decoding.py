@@ -1,7 +1,9 @@
 """Typed events: framed SSE payloads (or WebSocket messages) decoded into msgspec Structs.
 
 The hot path is one msgspec call per chunk: the backend frames the chunk, joins the payloads whose
-``type`` the schemas know into JSON lines and decodes them with ``Decoder.decode_lines``. Anything
+``type`` the schemas know into JSON lines and decodes them with ``Decoder.decode_lines``. (The Rust
+backend first builds the plain events itself, msgspec Structs equal to msgspec's, and batches only
+the rest: see :mod:`rapidsse._native`.) Anything
 else (an unknown or missing ``type``, a bad payload, one spanning several ``data:`` lines) is decoded
 alone by :func:`_careful`, the one place that decides what such a payload becomes, for both backends:
 

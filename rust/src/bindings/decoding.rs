@@ -1,5 +1,8 @@
 //! `EventDecoder`: framing plus one msgspec call per chunk for the typed events.
 //!
+//! With a [`NativeSchema`], each one-line payload is first offered to the Struct builder
+//! (`native.rs`); only what it declines goes into the batch.
+//!
 //! A stream starts optimistic: every one-line payload of a chunk goes into the batch without a
 //! look at its type. If msgspec refuses the batch (an unknown type, bad JSON), the chunk is
 //! routed by type ([`Router`]) and decoded again, and the rest of the stream is routed from the
