@@ -49,6 +49,8 @@ struct Node {
     strukt: usize,
     /// The string cache slot of this node (every node admitting strings has one).
     cache: usize,
+    /// The integer cache slot of this node (every node admitting ints has one).
+    int_cache: usize,
 }
 
 enum Default {
@@ -83,12 +85,14 @@ pub(crate) struct Schema {
     /// Untagged protocols: the top-level class.
     root: Option<usize>,
     caches: usize,
+    int_caches: usize,
 }
 
 /// A decoder's own state: a scratch buffer for unescaping and the strings kept for reuse.
 pub(crate) struct State {
     scratch: Vec<u8>,
     cache: Vec<Cached>,
+    ints: Vec<CachedInt>,
     last_tag: Vec<u8>,
     last_struct: usize,
 }
@@ -99,6 +103,15 @@ struct Cached {
     obj: Option<Py<PyAny>>,
     /// Hits minus misses, bounded; at the floor the slot stops caching (a field that changes
     /// every time, like a delta's text, then costs nothing more).
+    score: i8,
+}
+
+/// The previous value of an int field (a timestamp or a model's `created`, repeated by every
+/// chunk), scored as [`Cached`].
+#[derive(Default)]
+struct CachedInt {
+    value: i64,
+    obj: Option<Py<PyAny>>,
     score: i8,
 }
 
@@ -153,6 +166,7 @@ impl Schema {
             tags: HashMap::new(),
             root: None,
             caches: 0,
+            int_caches: 0,
         };
         let usable = direct_reads(py);
         for entry in structs.iter() {
@@ -272,11 +286,16 @@ impl Schema {
         if mask & STR != 0 {
             self.caches += 1;
         }
+        let int_cache = self.int_caches;
+        if mask & INT != 0 {
+            self.int_caches += 1;
+        }
         Ok(Node {
             mask,
             item,
             strukt: usize::try_from(strukt).unwrap_or(usize::MAX),
             cache,
+            int_cache,
         })
     }
 
@@ -284,6 +303,7 @@ impl Schema {
         State {
             scratch: Vec::new(),
             cache: (0..self.caches).map(|_| Cached::default()).collect(),
+            ints: (0..self.int_caches).map(|_| CachedInt::default()).collect(),
             last_tag: Vec::new(),
             last_struct: usize::MAX,
         }
@@ -436,9 +456,7 @@ impl Schema {
                 string(py, text, &mut cache[node.cache])
             }
             b'-' | b'0'..=b'9' if mask & (INT | FLOAT) != 0 => match lx.number()? {
-                Num::Int(n) if mask & INT != 0 => {
-                    Owned::new(unsafe { ffi::PyLong_FromLongLong(n) })
-                }
+                Num::Int(n) if mask & INT != 0 => int(py, n, &mut state.ints[node.int_cache]),
                 Num::Int(n) if (-EXACT_FLOAT_INT..=EXACT_FLOAT_INT).contains(&n) => {
                     Owned::new(unsafe { ffi::PyFloat_FromDouble(n as f64) })
                 }
@@ -488,6 +506,29 @@ impl Schema {
     }
 }
 
+/// An int of `n`, reusing the cached one when the field repeats its previous value (CPython
+/// keeps its own small ints, -5 to 256).
+fn int(py: Python<'_>, n: i64, cached: &mut CachedInt) -> Option<Owned> {
+    let small = (-5..=256).contains(&n);
+    if !small && cached.score > SCORE_OFF {
+        if let Some(obj) = &cached.obj {
+            if cached.value == n {
+                cached.score = (cached.score + 1).min(SCORE_MAX);
+                return Some(new_ref(obj.as_ptr()));
+            }
+        }
+    }
+    // SAFETY: creating an int with the GIL held.
+    let obj = Owned::new(unsafe { ffi::PyLong_FromLongLong(n) })?;
+    if !small && cached.score > SCORE_OFF {
+        cached.score -= 1;
+        cached.value = n;
+        // SAFETY: a new reference for the cache, released when it is replaced or dropped.
+        cached.obj = Some(unsafe { Bound::from_owned_ptr(py, new_ref(obj.0).into_raw()) }.unbind());
+    }
+    Some(obj)
+}
+
 /// Whether two short byte strings (object keys) are equal, without a call to `memcmp`.
 #[inline(always)]
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -499,6 +540,13 @@ fn same(a: &[u8], b: &[u8]) -> bool {
         let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
         return word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8);
     }
+    if (4..8).contains(&n) {
+        let word = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
+        return word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4);
+    }
+    if n < 4 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
     a == b
 }
 
@@ -509,7 +557,7 @@ fn string(py: Python<'_>, text: Text<'_>, cached: &mut Cached) -> Option<Owned> 
     let keep = bytes.len() <= CACHED_LEN && cached.score > SCORE_OFF;
     if keep {
         if let Some(obj) = &cached.obj {
-            if cached.bytes == bytes {
+            if same(&cached.bytes, bytes) {
                 cached.score = (cached.score + 1).min(SCORE_MAX);
                 return Some(new_ref(obj.as_ptr()));
             }
