@@ -275,7 +275,10 @@ impl<'a> Lexer<'a> {
         let mut n: u64 = 0;
         let mut overflow = false;
         while let Some(&d @ b'0'..=b'9') = buf.get(i) {
-            match n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d - b'0'))) {
+            match n
+                .checked_mul(10)
+                .and_then(|n| n.checked_add(u64::from(d - b'0')))
+            {
                 Some(v) => n = v,
                 None => overflow = true,
             }
@@ -558,7 +561,13 @@ mod tests {
             let whole = lx.number().is_some() && lx.at_end();
             assert!(!whole, "{bad}");
         }
-        for f in ["0.1", "3.141592653589793", "1.7976931348623157e308", "5e-324", "123456789012345678901234567890.5"] {
+        for f in [
+            "0.1",
+            "3.141592653589793",
+            "1.7976931348623157e308",
+            "5e-324",
+            "123456789012345678901234567890.5",
+        ] {
             let ours = number(f).unwrap();
             let theirs: f64 = serde_json::from_str(f).unwrap();
             assert_eq!(ours, Num::Float(theirs), "{f}");
@@ -578,7 +587,9 @@ mod tests {
             r#""\ud83d\ude00""#,
         ] {
             assert!(skips(good), "{good}");
-            assert!(serde_json::from_str::<serde_json::Value>(good).is_ok() || good.contains("1e999"));
+            assert!(
+                serde_json::from_str::<serde_json::Value>(good).is_ok() || good.contains("1e999")
+            );
         }
         for bad in [
             r#"{"a": 1,}"#,
@@ -608,8 +619,25 @@ mod tests {
     fn differential_against_serde_on_random_fragments() {
         // Whatever the lexer accepts as a value, serde accepts too (it may refuse more).
         let pieces = [
-            "{", "}", "[", "]", ",", ":", "\"a\"", "\"\\u00e9\"", "\"\\ud83d\"", "1", "-0", "1.5",
-            "1e5", "true", "null", " ", "\"x\\\"y\"", "01", "\"\\n\"",
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            ":",
+            "\"a\"",
+            "\"\\u00e9\"",
+            "\"\\ud83d\"",
+            "1",
+            "-0",
+            "1.5",
+            "1e5",
+            "true",
+            "null",
+            " ",
+            "\"x\\\"y\"",
+            "01",
+            "\"\\n\"",
         ];
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
         for _ in 0..200_000 {

@@ -212,10 +212,15 @@ impl Schema {
         let n = schema.structs.len();
         let in_range = |node: &Node| node.strukt == usize::MAX || node.strukt < n;
         let valid = schema.structs.iter().all(|s| {
-            s.fields.iter().flatten().all(|f| {
-                in_range(&f.node) && f.node.item.as_deref().is_none_or(in_range)
-            })
-        }) && schema.tags.values().chain(schema.root.iter()).all(|&i| i < n);
+            s.fields
+                .iter()
+                .flatten()
+                .all(|f| in_range(&f.node) && f.node.item.as_deref().is_none_or(in_range))
+        }) && schema
+            .tags
+            .values()
+            .chain(schema.root.iter())
+            .all(|&i| i < n);
         if !valid {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "struct index out of range in the schema description",
@@ -537,11 +542,13 @@ fn same(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     if (8..=16).contains(&n) {
-        let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
+        let word =
+            |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
         return word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8);
     }
     if (4..8).contains(&n) {
-        let word = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
+        let word =
+            |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
         return word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4);
     }
     if n < 4 {
