@@ -262,3 +262,14 @@ def test_ints_reused_across_events_keep_their_values():
     out = sch.decode_each(batch)
     assert [e.created for e in out] == created
     assert all(type(e.created) is int for e in out)
+
+
+@pytest.mark.parametrize("length", [1, 3, 4, 7, 8, 9, 15, 16, 17, 24, 31, 33, 52, 64])
+def test_cached_strings_differing_in_one_byte_are_not_confused(length):
+    sch = schema("responses")
+    ids = []
+    for at in range(length):
+        ids.append("a" * length)
+        ids.append("a" * at + "b" + "a" * (length - at - 1))
+    batch = [('{"type":"response.output_text.delta","item_id":"%s","delta":"x"}' % i).encode() for i in ids]
+    assert [e.item_id for e in sch.decode_each(batch)] == ids

@@ -331,7 +331,7 @@ impl Schema {
                     return None;
                 }
                 let tag = lx.plain_string()?;
-                let index = if state.last_struct != usize::MAX && state.last_tag == tag {
+                let index = if state.last_struct != usize::MAX && same(&state.last_tag, tag) {
                     state.last_struct
                 } else {
                     let index = *self.tags.get(tag)?;
@@ -534,27 +534,32 @@ fn int(py: Python<'_>, n: i64, cached: &mut CachedInt) -> Option<Owned> {
     Some(obj)
 }
 
-/// Whether two short byte strings (object keys) are equal, without a call to `memcmp`.
+/// Whether two byte strings (object keys, tags, cached values of at most [`CACHED_LEN`]
+/// bytes) are equal, without a call to `memcmp`: eight bytes at a time.
 #[inline(always)]
 fn same(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
     }
-    if (8..=16).contains(&n) {
+    if n >= 8 {
         let word =
             |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
-        return word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8);
+        let mut i = 0;
+        while i + 8 < n {
+            if word(a, i) != word(b, i) {
+                return false;
+            }
+            i += 8;
+        }
+        return word(a, n - 8) == word(b, n - 8);
     }
-    if (4..8).contains(&n) {
+    if n >= 4 {
         let word =
             |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
         return word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4);
     }
-    if n < 4 {
-        return a.iter().zip(b).all(|(x, y)| x == y);
-    }
-    a == b
+    a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// A str of `text` (UTF-8, checked by Python's strict decoder), reusing the cached one when the
