@@ -388,3 +388,21 @@ def test_iterators_are_native_on_the_rust_backend():
     it = rapidsse.iter_events([b""])
     assert type(it).__name__ == ("Drain" if rapidsse.BACKEND == "rust" else "generator")
     assert list(it) == []
+
+
+def test_cr_anywhere_in_events_of_the_usual_shape(pure_decoder, native_decoder):
+    """The quick paths take `event:`/`data:`/blank-line events whole; a CR at any place in or
+    around such events (a line end of its own) must give what the line-by-line reading gives,
+    at every split into two chunks and with the event names repeating."""
+    base = b"event: delta\ndata: {\"a\":1}\n\nevent: delta\ndata: {\"b\":2}\n\nevent: done\ndata: x\n\n"
+    streams = [base]
+    for i in range(len(base) + 1):
+        streams.append(base[:i] + b"\r" + base[i:])
+    for i in range(0, len(base), 3):
+        if base[i : i + 1] == b"\n":
+            streams.append(base[:i] + b"\r" + base[i + 1 :])
+    for data in streams:
+        single = _run(pure_decoder(), [data])
+        for cut in range(len(data) + 1):
+            chunks = [data[:cut], data[cut:]]
+            assert _run(native_decoder(), chunks) == single, (data, cut)
