@@ -32,10 +32,10 @@ pub struct Lexer<'a> {
     pos: usize,
 }
 
-/// Where the next byte of a string needs a closer look: `"`, `\`, a control character, or
-/// (reported apart) a byte of 0x80 or above.
+/// Where the next byte of a string needs a closer look, and that byte: `"`, `\`, a control
+/// character; bytes of 0x80 or above before it are reported in `ascii`.
 #[inline]
-fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<usize> {
+fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<(usize, u8)> {
     let mut i = from;
     #[cfg(target_arch = "x86_64")]
     {
@@ -63,7 +63,8 @@ fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<usize> {
                     if high & ((1u32 << at) - 1) != 0 {
                         *ascii = false;
                     }
-                    return Some(i + at as usize);
+                    let at = i + at as usize;
+                    return Some((at, *buf.get_unchecked(at)));
                 }
                 if high != 0 {
                     *ascii = false;
@@ -74,7 +75,7 @@ fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<usize> {
     }
     while let Some(&c) = buf.get(i) {
         if c == b'"' || c == b'\\' || c < 0x20 {
-            return Some(i);
+            return Some((i, c));
         }
         if c >= 0x80 {
             *ascii = false;
@@ -148,12 +149,13 @@ impl<'a> Lexer<'a> {
         }
         let start = self.pos;
         let mut ascii = true;
-        let end = string_stop(self.buf, start, &mut ascii)?;
-        if self.buf[end] != b'"' {
+        let (end, stop) = string_stop(self.buf, start, &mut ascii)?;
+        if stop != b'"' {
             return None;
         }
         self.pos = end + 1;
-        Some(&self.buf[start..end])
+        // SAFETY: `start <= end < self.buf.len()` (`end` is where a byte was found).
+        Some(unsafe { self.buf.get_unchecked(start..end) })
     }
 
     /// A string value. Escapes are resolved into `scratch`; a lone surrogate escape, an unknown
@@ -168,12 +170,14 @@ impl<'a> Lexer<'a> {
         }
         let start = self.pos;
         let mut ascii = true;
-        let end = string_stop(self.buf, start, &mut ascii)?;
-        match self.buf[end] {
+        let (end, stop) = string_stop(self.buf, start, &mut ascii)?;
+        // SAFETY: `start <= end < self.buf.len()` (`end` is where a byte was found).
+        let before = unsafe { self.buf.get_unchecked(start..end) };
+        match stop {
             b'"' => {
                 self.pos = end + 1;
                 return Some(Text {
-                    bytes: &self.buf[start..end],
+                    bytes: before,
                     ascii,
                     escaped: false,
                 });
@@ -182,7 +186,7 @@ impl<'a> Lexer<'a> {
             _ => return None,
         }
         scratch.clear();
-        scratch.extend_from_slice(&self.buf[start..end]);
+        scratch.extend_from_slice(before);
         self.pos = end;
         loop {
             match *self.buf.get(self.pos)? {
@@ -221,8 +225,8 @@ impl<'a> Lexer<'a> {
                 }
                 _ => {
                     let from = self.pos;
-                    let stop = string_stop(self.buf, from, &mut ascii)?;
-                    if self.buf[stop] < 0x20 {
+                    let (stop, byte) = string_stop(self.buf, from, &mut ascii)?;
+                    if byte < 0x20 {
                         return None;
                     }
                     scratch.extend_from_slice(&self.buf[from..stop]);

@@ -543,8 +543,9 @@ fn same(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     if n >= 8 {
+        // SAFETY: each read is of the eight bytes at `at`, and `at + 8 <= n` for both slices.
         let word =
-            |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
+            |s: &[u8], at: usize| unsafe { s.as_ptr().add(at).cast::<u64>().read_unaligned() };
         let mut i = 0;
         while i + 8 < n {
             if word(a, i) != word(b, i) {
@@ -555,8 +556,9 @@ fn same(a: &[u8], b: &[u8]) -> bool {
         return word(a, n - 8) == word(b, n - 8);
     }
     if n >= 4 {
+        // SAFETY: each read is of the four bytes at `at`, and `at + 4 <= n` for both slices.
         let word =
-            |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
+            |s: &[u8], at: usize| unsafe { s.as_ptr().add(at).cast::<u32>().read_unaligned() };
         return word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4);
     }
     a.iter().zip(b).all(|(x, y)| x == y)
