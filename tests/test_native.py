@@ -257,7 +257,7 @@ def test_decoder_with_and_without_the_builder_give_equal_events(monkeypatch):
 
 def test_ints_reused_across_events_keep_their_values():
     sch = schema("chat")
-    created = [1756315696, 1756315696, 1756315697, 1756315696, 7, -7, 2**40] + [1756315696] * 40 + list(range(10**6, 10**6 + 40))
+    created = [1756315696, 1756315696, 1756315697, 1756315696, 7, -7, 2**40, -6, -5, 0, 255, 256, 257, -1] + [1756315696] * 40 + list(range(10**6, 10**6 + 40))
     batch = [f'{{"id":"c","created":{c},"choices":[]}}'.encode() for c in created]
     out = sch.decode_each(batch)
     assert [e.created for e in out] == created

@@ -40,6 +40,9 @@ const UNSUPPORTED: u8 = 128;
 /// The largest integer a float field takes exactly (msgspec converts an int to float).
 const EXACT_FLOAT_INT: i64 = 1 << 53;
 
+const SMALL_INT_MIN: i64 = -5;
+const SMALL_INT_MAX: i64 = 256;
+
 /// Strings up to this length are kept for reuse by the next event.
 const CACHED_LEN: usize = 64;
 
@@ -86,6 +89,9 @@ pub(crate) struct Schema {
     root: Option<usize>,
     caches: usize,
     int_caches: usize,
+    /// CPython's own small ints, -5 to 256, taken once (handing one out is then a reference
+    /// count, not a call that looks it up).
+    small_ints: Vec<Py<PyAny>>,
 }
 
 /// A decoder's own state: a scratch buffer for unescaping and the strings kept for reuse.
@@ -167,6 +173,9 @@ impl Schema {
             root: None,
             caches: 0,
             int_caches: 0,
+            small_ints: (SMALL_INT_MIN..=SMALL_INT_MAX)
+                .map(|n| pyo3::types::PyInt::new(py, n).into_any().unbind())
+                .collect(),
         };
         let usable = direct_reads(py);
         for entry in structs.iter() {
@@ -461,7 +470,12 @@ impl Schema {
                 string(py, text, &mut cache[node.cache])
             }
             b'-' | b'0'..=b'9' if mask & (INT | FLOAT) != 0 => match lx.number()? {
-                Num::Int(n) if mask & INT != 0 => int(py, n, &mut state.ints[node.int_cache]),
+                Num::Int(n) if mask & INT != 0 => match usize::try_from(n - SMALL_INT_MIN) {
+                    Ok(i) if i < self.small_ints.len() => {
+                        Some(new_ref(self.small_ints[i].as_ptr()))
+                    }
+                    _ => int(py, n, &mut state.ints[node.int_cache]),
+                },
                 Num::Int(n) if (-EXACT_FLOAT_INT..=EXACT_FLOAT_INT).contains(&n) => {
                     Owned::new(unsafe { ffi::PyFloat_FromDouble(n as f64) })
                 }
@@ -514,7 +528,7 @@ impl Schema {
 /// An int of `n`, reusing the cached one when the field repeats its previous value (CPython
 /// keeps its own small ints, -5 to 256).
 fn int(py: Python<'_>, n: i64, cached: &mut CachedInt) -> Option<Owned> {
-    let small = (-5..=256).contains(&n);
+    let small = (SMALL_INT_MIN..=SMALL_INT_MAX).contains(&n);
     if !small && cached.score > SCORE_OFF {
         if let Some(obj) = &cached.obj {
             if cached.value == n {
