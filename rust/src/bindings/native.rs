@@ -470,12 +470,14 @@ impl Schema {
                 string(py, text, &mut cache[node.cache])
             }
             b'-' | b'0'..=b'9' if mask & (INT | FLOAT) != 0 => match lx.number()? {
-                Num::Int(n) if mask & INT != 0 => match usize::try_from(n - SMALL_INT_MIN) {
-                    Ok(i) if i < self.small_ints.len() => {
+                Num::Int(n) if mask & INT != 0 => {
+                    if (SMALL_INT_MIN..=SMALL_INT_MAX).contains(&n) {
+                        let i = (n - SMALL_INT_MIN) as usize;
                         Some(new_ref(self.small_ints[i].as_ptr()))
+                    } else {
+                        int(py, n, &mut state.ints[node.int_cache])
                     }
-                    _ => int(py, n, &mut state.ints[node.int_cache]),
-                },
+                }
                 Num::Int(n) if (-EXACT_FLOAT_INT..=EXACT_FLOAT_INT).contains(&n) => {
                     Owned::new(unsafe { ffi::PyFloat_FromDouble(n as f64) })
                 }
