@@ -90,6 +90,50 @@ fn hex(d: u8) -> Option<u32> {
     (d as char).to_digit(16)
 }
 
+/// The end of the number starting at `from`, by JSON's grammar
+/// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, and whether it has a fraction or an
+/// exponent (a float literal). A leading `0` takes one digit: what follows is the caller's.
+#[inline(always)]
+fn number_syntax(buf: &[u8], from: usize) -> Option<(usize, bool)> {
+    let digits = |mut i: usize| {
+        while let Some(b'0'..=b'9') = buf.get(i) {
+            i += 1;
+        }
+        i
+    };
+    let mut i = from;
+    if buf.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match buf.get(i)? {
+        b'0' => i += 1,
+        b'1'..=b'9' => i = digits(i),
+        _ => return None,
+    }
+    let mut float = false;
+    if buf.get(i) == Some(&b'.') {
+        let end = digits(i + 1);
+        if end == i + 1 {
+            return None;
+        }
+        i = end;
+        float = true;
+    }
+    if let Some(b'e' | b'E') = buf.get(i) {
+        i += 1;
+        if let Some(b'+' | b'-') = buf.get(i) {
+            i += 1;
+        }
+        let end = digits(i);
+        if end == i {
+            return None;
+        }
+        i = end;
+        float = true;
+    }
+    Some((i, float))
+}
+
 impl<'a> Lexer<'a> {
     pub fn new(buf: &'a [u8]) -> Lexer<'a> {
         Lexer { buf, pos: 0 }
@@ -269,75 +313,28 @@ impl<'a> Lexer<'a> {
     pub fn number(&mut self) -> Option<Num> {
         self.peek();
         let start = self.pos;
-        let buf = self.buf;
-        let mut i = start;
-        let negative = buf.get(i) == Some(&b'-');
-        if negative {
-            i += 1;
-        }
-        let digits_start = i;
-        let mut n: u64 = 0;
-        let mut overflow = false;
-        while let Some(&d @ b'0'..=b'9') = buf.get(i) {
-            match n
-                .checked_mul(10)
-                .and_then(|n| n.checked_add(u64::from(d - b'0')))
-            {
-                Some(v) => n = v,
-                None => overflow = true,
-            }
-            i += 1;
-        }
-        let len = i - digits_start;
-        if len == 0 || (len > 1 && buf[digits_start] == b'0') {
-            return None;
-        }
-        let mut float = false;
-        if buf.get(i) == Some(&b'.') {
-            i += 1;
-            let from = i;
-            while let Some(b'0'..=b'9') = buf.get(i) {
-                i += 1;
-            }
-            if i == from {
-                return None;
-            }
-            float = true;
-        }
-        if let Some(b'e' | b'E') = buf.get(i) {
-            i += 1;
-            if let Some(b'+' | b'-') = buf.get(i) {
-                i += 1;
-            }
-            let from = i;
-            while let Some(b'0'..=b'9') = buf.get(i) {
-                i += 1;
-            }
-            if i == from {
-                return None;
-            }
-            float = true;
-        }
-        self.pos = i;
+        let (end, float) = number_syntax(self.buf, start)?;
+        self.pos = end;
+        let literal = &self.buf[start..end];
         if float {
-            // SAFETY: the slice is ASCII (sign, digits, '.', 'e', '+', '-'), checked above.
-            let text = unsafe { std::str::from_utf8_unchecked(&buf[start..i]) };
+            // SAFETY: the literal is ASCII (sign, digits, '.', 'e', '+', '-'), checked above.
+            let text = unsafe { std::str::from_utf8_unchecked(literal) };
             let f: f64 = text.parse().ok()?;
             return f.is_finite().then_some(Num::Float(f));
         }
-        if overflow || (negative && n == 0) {
-            return None;
+        let (negative, digits) = match literal.split_first() {
+            Some((b'-', digits)) => (true, digits),
+            _ => (false, literal),
+        };
+        let mut n: u64 = 0;
+        for &d in digits {
+            n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
         }
-        if negative {
-            // -(2^63) fits; anything larger in magnitude does not.
-            if n <= i64::MAX as u64 + 1 {
-                Some(Num::Int((n as i64).wrapping_neg()))
-            } else {
-                None
-            }
-        } else {
-            i64::try_from(n).ok().map(Num::Int)
+        if !negative {
+            return i64::try_from(n).ok().map(Num::Int);
         }
+        // -(2^63) fits; anything larger in magnitude does not, and `-0` is left to msgspec.
+        (n != 0 && n <= i64::MAX as u64 + 1).then(|| Num::Int((n as i64).wrapping_neg()))
     }
 
     /// Validates and skips any JSON value (strings checked as [`Lexer::string`] checks them, and
@@ -397,60 +394,11 @@ impl<'a> Lexer<'a> {
             b'n' => self.literal(b"null").then_some(()),
             b'-' | b'0'..=b'9' => {
                 // Any syntactically valid number is fine here, however large.
-                let start = self.pos;
-                match self.number() {
-                    Some(_) => Some(()),
-                    None => {
-                        self.pos = start;
-                        self.skip_number_syntax()
-                    }
-                }
+                self.pos = number_syntax(self.buf, self.pos)?.0;
+                Some(())
             }
             _ => None,
         }
-    }
-
-    /// A syntactically valid number whose value [`Lexer::number`] refuses (huge, `-0`, ...).
-    fn skip_number_syntax(&mut self) -> Option<()> {
-        let buf = self.buf;
-        let mut i = self.pos;
-        if buf.get(i) == Some(&b'-') {
-            i += 1;
-        }
-        match buf.get(i)? {
-            b'0' => i += 1,
-            b'1'..=b'9' => {
-                while let Some(b'0'..=b'9') = buf.get(i) {
-                    i += 1;
-                }
-            }
-            _ => return None,
-        }
-        if buf.get(i) == Some(&b'.') {
-            i += 1;
-            let from = i;
-            while let Some(b'0'..=b'9') = buf.get(i) {
-                i += 1;
-            }
-            if i == from {
-                return None;
-            }
-        }
-        if let Some(b'e' | b'E') = buf.get(i) {
-            i += 1;
-            if let Some(b'+' | b'-') = buf.get(i) {
-                i += 1;
-            }
-            let from = i;
-            while let Some(b'0'..=b'9') = buf.get(i) {
-                i += 1;
-            }
-            if i == from {
-                return None;
-            }
-        }
-        self.pos = i;
-        Some(())
     }
 
     fn skip_string(&mut self) -> Option<()> {
