@@ -21,7 +21,6 @@ pub enum Num {
 pub struct Text<'s> {
     pub bytes: &'s [u8],
     pub ascii: bool,
-    pub escaped: bool,
 }
 
 /// The deepest nesting [`Lexer::skip_value`] walks (deeper: declined).
@@ -139,11 +138,6 @@ impl<'a> Lexer<'a> {
         Lexer { buf, pos: 0 }
     }
 
-    #[inline]
-    pub fn pos(&self) -> usize {
-        self.pos
-    }
-
     /// Skips JSON whitespace (space, tab, LF, CR) and returns the next byte.
     #[inline(always)]
     pub fn peek(&mut self) -> Option<u8> {
@@ -223,7 +217,6 @@ impl<'a> Lexer<'a> {
                 return Some(Text {
                     bytes: before,
                     ascii,
-                    escaped: false,
                 });
             }
             b'\\' => {}
@@ -239,7 +232,6 @@ impl<'a> Lexer<'a> {
                     return Some(Text {
                         bytes: scratch,
                         ascii,
-                        escaped: true,
                     });
                 }
                 b'\\' => {
