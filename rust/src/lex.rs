@@ -26,6 +26,63 @@ pub struct Text<'s> {
 /// The deepest nesting [`Lexer::skip_value`] walks (deeper: declined).
 pub const MAX_DEPTH: usize = 64;
 
+/// Whether two byte strings are equal, without a call to `memcmp` (whose call and dispatch
+/// cost more than the comparison for the short keys, values and shape pieces compared here):
+/// sixteen bytes at a time with SSE2 (part of every x86-64 CPU), the last load overlapping,
+/// and words for shorter ones.
+#[inline(always)]
+pub fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if n >= 16 {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+            _mm_setzero_si128, _mm_xor_si128,
+        };
+        // SAFETY: SSE2 is in the x86-64 baseline; each load is of the sixteen bytes at `at`,
+        // and `at + 16 <= n` for both slices; unaligned loads allowed.
+        unsafe {
+            let diff = |at: usize| {
+                _mm_xor_si128(
+                    _mm_loadu_si128(a.as_ptr().add(at).cast::<__m128i>()),
+                    _mm_loadu_si128(b.as_ptr().add(at).cast::<__m128i>()),
+                )
+            };
+            // The differences gathered, tested once: unequal strings are the rare case.
+            let mut seen = diff(n - 16);
+            let mut i = 0;
+            while i + 16 < n {
+                seen = _mm_or_si128(seen, diff(i));
+                i += 16;
+            }
+            return _mm_movemask_epi8(_mm_cmpeq_epi8(seen, _mm_setzero_si128())) == 0xffff;
+        }
+    }
+    if n >= 8 {
+        // SAFETY: each read is of the eight bytes at `at`, and `at + 8 <= n` for both slices.
+        let word =
+            |s: &[u8], at: usize| unsafe { s.as_ptr().add(at).cast::<u64>().read_unaligned() };
+        let mut i = 0;
+        while i + 8 < n {
+            if word(a, i) != word(b, i) {
+                return false;
+            }
+            i += 8;
+        }
+        return word(a, n - 8) == word(b, n - 8);
+    }
+    if n >= 4 {
+        // SAFETY: each read is of the four bytes at `at`, and `at + 4 <= n` for both slices.
+        let word =
+            |s: &[u8], at: usize| unsafe { s.as_ptr().add(at).cast::<u32>().read_unaligned() };
+        return word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4);
+    }
+    a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 pub struct Lexer<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -400,6 +457,28 @@ impl<'a> Lexer<'a> {
             return None;
         }
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod same_tests {
+    use super::same;
+
+    #[test]
+    fn same_is_slice_equality_at_every_length_and_position() {
+        for len in 0..80usize {
+            let a: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            assert!(same(&a, &a.clone()));
+            assert!(!same(&a, &a[..len.saturating_sub(1)]) || len == 0);
+            for at in 0..len {
+                for flip in [1u8, 0x80, 0xff] {
+                    let mut b = a.clone();
+                    b[at] ^= flip;
+                    assert!(!same(&a, &b), "{len} {at} {flip}");
+                    assert!(!same(&b, &a), "{len} {at} {flip}");
+                }
+            }
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use super::{Str, StreamEvent};
+use crate::lex::same;
 
 const MAX_DEPTH: usize = 64;
 
@@ -25,24 +26,7 @@ pub(crate) fn parse_into<'a>(payload: &'a [u8], ev: &mut StreamEvent<'a>) -> boo
 }
 
 fn parse_checked<'a>(payload: &'a [u8], ev: &mut StreamEvent<'a>) -> Option<()> {
-    // Compact JSON has no byte below 0x20: inside strings they are errors, outside only
-    // whitespace, which serde would also accept; leave those payloads to serde.
-    // One pass for both: control bytes (bit 0) and non-ASCII bytes (bit 7).
-    let seen = control_or_high(payload);
-    if seen & 1 != 0 {
-        return None;
-    }
-    let text = if seen == 0 {
-        // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
-        unsafe { std::str::from_utf8_unchecked(payload) }
-    } else {
-        std::str::from_utf8(payload).ok()?
-    };
-    let mut r = Reader {
-        buf: text.as_bytes(),
-        text,
-        pos: 0,
-    };
+    let mut r = Reader::checked(payload)?;
     r.event(ev)?;
     r.skip_spaces();
     (r.pos == r.buf.len()).then_some(())
@@ -90,6 +74,217 @@ fn control_or_high(bytes: &[u8]) -> u8 {
     bytes[i..]
         .iter()
         .fold(seen, |seen, &b| seen | (b & 0x80) | u8::from(b < 0x20))
+}
+
+/// The most pieces a [`Shape`] holds (a delta event has seven: four fixed runs, three holes).
+const MAX_PIECES: usize = 24;
+
+/// One piece of a [`Shape`]: bytes matched exactly, or a hole read afresh.
+#[derive(Clone, Copy, Debug)]
+enum Piece {
+    /// Bytes `start..end` of the learned payload.
+    Fixed { start: u32, end: u32 },
+    /// A string read into string slot `n`.
+    Str(u8),
+    /// A non-negative integer read into integer slot `n`.
+    Int(u8),
+    /// A value nobody reads: validated and skipped.
+    Skip,
+}
+
+/// The shape of the last payload that went the general way, to read the next ones faster.
+///
+/// A stream is mostly runs of one event shape: deltas whose keys, type, item id and indices
+/// repeat byte for byte, while the sequence number, the delta and fields nobody reads (e.g.
+/// `obfuscation`) change. A shape keeps such a payload's bytes cut into fixed pieces and holes.
+/// A payload that matches every fixed piece exactly, with a value of the hole's kind in every
+/// hole, is read by comparing the pieces and parsing the holes only; its fixed fields are
+/// borrowed from the new payload at the places the learned one had them. Exactness is by
+/// construction: such a payload differs from the learned one (which this reader accepted)
+/// only inside holes, each read by the very method [`Reader::event`] uses for that field, so
+/// it gives the event `event` would. Any other payload is a miss and goes the general way.
+#[derive(Debug, Default)]
+pub(crate) struct Shape {
+    learned: Vec<u8>,
+    pieces: Vec<Piece>,
+    /// Fixed string fields: slot, fixed piece, offset in it, length.
+    strs: Vec<(u8, u8, u32, u32)>,
+    /// Fixed integer fields: slot, value.
+    ints: Vec<(u8, u64)>,
+    /// Hits since the shape was learned.
+    hits: u32,
+    /// Shapes learned in a row that never hit (events whose shape keeps changing).
+    barren: u32,
+    /// Misses since the last learning.
+    misses: u32,
+}
+
+impl Shape {
+    /// Whether a shape is learned (else every payload misses).
+    pub(crate) fn is_learned(&self) -> bool {
+        !self.pieces.is_empty()
+    }
+
+    /// Reads `payload` into `ev` (a default one) if it has this shape; false on a miss, which
+    /// may leave `ev` partly written.
+    pub(crate) fn read<'a>(&mut self, payload: &'a [u8], ev: &mut StreamEvent<'a>) -> bool {
+        let hit = (|| {
+            let mut r = Reader::checked(payload)?;
+            self.fill(&mut r, ev)
+        })()
+        .is_some();
+        if hit {
+            self.hits += 1;
+        }
+        hit
+    }
+
+    fn fill<'a>(&self, r: &mut Reader<'a>, ev: &mut StreamEvent<'a>) -> Option<()> {
+        let mut starts = [0usize; MAX_PIECES];
+        for (i, piece) in self.pieces.iter().enumerate() {
+            match *piece {
+                Piece::Fixed { start, end } => {
+                    let fixed = &self.learned[start as usize..end as usize];
+                    let at = r.pos;
+                    if !same(r.buf.get(at..at + fixed.len())?, fixed) {
+                        return None;
+                    }
+                    starts[i] = at;
+                    r.pos = at + fixed.len();
+                }
+                Piece::Str(n) => *str_slot(ev, n.into()) = Some(Str(r.string()?)),
+                Piece::Int(n) => *int_slot(ev, n.into()) = Some(r.unsigned()?),
+                Piece::Skip => r.skip_value()?,
+            }
+        }
+        if r.pos != r.buf.len() {
+            return None;
+        }
+        for &(n, piece, offset, len) in &self.strs {
+            let at = starts[usize::from(piece)] + offset as usize;
+            *str_slot(ev, n.into()) = Some(Str(Cow::Borrowed(r.text.get(at..at + len as usize)?)));
+        }
+        for &(n, value) in &self.ints {
+            *int_slot(ev, n.into()) = Some(value);
+        }
+        Some(())
+    }
+
+    /// After a miss and a general read of `payload`: learns its shape, unless shapes keep
+    /// failing to hit (then only every 32nd miss), or the payload does not suit one.
+    pub(crate) fn missed(&mut self, payload: &[u8]) {
+        if !self.pieces.is_empty() {
+            if self.hits == 0 {
+                self.barren = self.barren.saturating_add(1);
+            } else {
+                self.barren = 0;
+            }
+        }
+        self.misses = self.misses.wrapping_add(1);
+        if self.barren >= 8 && self.misses % 32 != 0 {
+            self.pieces.clear();
+            return;
+        }
+        self.misses = 0;
+        self.hits = 0;
+        if self.learn(payload).is_none() {
+            self.pieces.clear();
+        }
+    }
+
+    fn learn(&mut self, payload: &[u8]) -> Option<()> {
+        self.pieces.clear();
+        self.strs.clear();
+        self.ints.clear();
+        let mut r = Reader::checked(payload)?;
+        let mut fixed_from = 0;
+        r.skip_spaces();
+        r.eat(b'{')?;
+        r.skip_spaces();
+        if r.peek()? == b'}' {
+            return None;
+        }
+        loop {
+            r.next_byte()?;
+            let key = r.plain_key()?;
+            if r.next_byte()? != b':' {
+                return None;
+            }
+            r.pos += 1;
+            r.next_byte()?;
+            let start = r.pos;
+            let first = r.peek()?;
+            let hole = match field(key) {
+                Field::Str(n) if first == b'"' => {
+                    let value = r.string()?;
+                    // Texts change from event to event; so does anything escaped.
+                    if matches!(n, 3..=8) || matches!(value, Cow::Owned(_)) {
+                        Some(Piece::Str(n as u8))
+                    } else {
+                        let piece = u8::try_from(self.pieces.len()).ok()?;
+                        let offset = u32::try_from(start + 1 - fixed_from).ok()?;
+                        let len = u32::try_from(value.len()).ok()?;
+                        self.strs.push((n as u8, piece, offset, len));
+                        None
+                    }
+                }
+                Field::Int(n) if first != b'n' => {
+                    let value = r.unsigned()?;
+                    if n == 11 {
+                        Some(Piece::Int(n as u8))
+                    } else {
+                        self.ints.push((n as u8, value));
+                        None
+                    }
+                }
+                Field::Str(_) | Field::Int(_) | Field::Raw(_) if first == b'n' => {
+                    r.literal(b"null")?;
+                    None
+                }
+                // Items, parts and whole responses: events too rare and too large to gain.
+                Field::Str(_) | Field::Int(_) | Field::Raw(_) => return None,
+                Field::Other => {
+                    r.value(0)?;
+                    // Short scalars and empty containers are kept as they are.
+                    let kept = matches!(first, b'[' | b'{') && r.pos - start == 2
+                        || matches!(first, b't' | b'f' | b'n' | b'-' | b'0'..=b'9');
+                    (!kept).then_some(Piece::Skip)
+                }
+            };
+            if let Some(hole) = hole {
+                self.fixed(fixed_from, start)?;
+                self.pieces.push(hole);
+                fixed_from = r.pos;
+            }
+            match r.next_byte()? {
+                b',' => r.pos += 1,
+                b'}' => {
+                    r.pos += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        r.skip_spaces();
+        if r.pos != r.buf.len() {
+            return None;
+        }
+        self.fixed(fixed_from, r.pos)?;
+        if self.pieces.len() > MAX_PIECES {
+            return None;
+        }
+        self.learned.clear();
+        self.learned.extend_from_slice(payload);
+        Some(())
+    }
+
+    fn fixed(&mut self, start: usize, end: usize) -> Option<()> {
+        self.pieces.push(Piece::Fixed {
+            start: u32::try_from(start).ok()?,
+            end: u32::try_from(end).ok()?,
+        });
+        Some(())
+    }
 }
 
 struct Reader<'a> {
@@ -203,6 +398,29 @@ fn field(key: &[u8]) -> Field {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader of `payload`, if it is UTF-8 without control bytes.
+    #[inline]
+    fn checked(payload: &'a [u8]) -> Option<Self> {
+        // Compact JSON has no byte below 0x20: inside strings they are errors, outside only
+        // whitespace, which serde would also accept; leave those payloads to serde.
+        // One pass for both: control bytes (bit 0) and non-ASCII bytes (bit 7).
+        let seen = control_or_high(payload);
+        if seen & 1 != 0 {
+            return None;
+        }
+        let text = if seen == 0 {
+            // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
+            unsafe { std::str::from_utf8_unchecked(payload) }
+        } else {
+            std::str::from_utf8(payload).ok()?
+        };
+        Some(Reader {
+            buf: text.as_bytes(),
+            text,
+            pos: 0,
+        })
+    }
+
     #[inline]
     fn skip_spaces(&mut self) {
         while self.buf.get(self.pos) == Some(&b' ') {
@@ -480,6 +698,20 @@ impl<'a> Reader<'a> {
             b'-' | b'0'..=b'9' => self.number(),
             _ => None,
         }
+    }
+
+    /// [`value`](Self::value), with a short string without escapes (the usual unread field)
+    /// skipped in line.
+    #[inline(always)]
+    fn skip_value(&mut self) -> Option<()> {
+        if self.peek()? == b'"' {
+            let end = quote_or_backslash(self.buf, self.pos + 1)?;
+            if self.buf[end] == b'"' {
+                self.pos = end + 1;
+                return Some(());
+            }
+        }
+        self.value(0)
     }
 
     /// Skips a string; any `\u` escape is left to serde (surrogate rules).
@@ -940,6 +1172,160 @@ mod tests {
         assert!(
             answered > 10_000,
             "the fast reader should answer most valid events ({answered})"
+        );
+    }
+
+    /// Reads `payload` through `shape` (learning on a miss, as `read_stream_event` does) and
+    /// checks a hit against the general reader; returns whether it hit.
+    fn through_shape(shape: &mut Shape, payload: &[u8]) -> bool {
+        let mut general = StreamEvent::default();
+        let answered = parse_into(payload, &mut general);
+        let mut ev = StreamEvent::default();
+        if shape.is_learned() && shape.read(payload, &mut ev) {
+            assert!(
+                answered,
+                "a shape hit where the reader declines: {}",
+                String::from_utf8_lossy(payload)
+            );
+            assert_eq!(
+                format!("{ev:?}"),
+                format!("{general:?}"),
+                "shape and reader disagree on {}",
+                String::from_utf8_lossy(payload)
+            );
+            return true;
+        }
+        if answered {
+            shape.missed(payload);
+        }
+        false
+    }
+
+    #[test]
+    fn shape_reads_a_run_of_deltas_as_the_reader_does() {
+        let mut shape = Shape::default();
+        let delta = |seq: u64, text: &str, obf: &str| {
+            format!(
+                r#"{{"type":"response.output_text.delta","sequence_number":{seq},"item_id":"msg_1","output_index":0,"content_index":2,"delta":{text},"logprobs":[],"obfuscation":{obf}}}"#
+            )
+        };
+        assert!(!through_shape(
+            &mut shape,
+            delta(1, "\"a\"", "\"x\"").as_bytes()
+        ));
+        let mut hits = 0;
+        for (i, (text, obf)) in [
+            ("\" word\"", "\"xyz\""),
+            ("\"line\\nnext \\\"q\\\" \\u00e9\\ud83d\\ude00\"", "\"\""),
+            ("\"\u{e9}t\u{e9}\"", "\"\\/\""),
+            ("\"\"", "\"x\""),
+            ("\"12345678901234567890123456789012345\"", "\"y\""),
+        ]
+        .iter()
+        .enumerate()
+        {
+            hits += usize::from(through_shape(
+                &mut shape,
+                delta(i as u64 + 2, text, obf).as_bytes(),
+            ));
+        }
+        assert_eq!(hits, 5, "every delta of the run reads through the shape");
+        // Anything else misses, and the reader decides.
+        for odd in [
+            delta(9, "null", "\"x\""),
+            delta(9, "5", "\"x\""),
+            delta(9, "\"\\ud800\"", "\"x\""),
+            delta(9, "\"a\"", "\"\\u0041\""),
+            delta(9, "\"a", "\"x\""),
+            delta(9, "\"a\"", "\"x\"").replace("msg_1", "msg_2"),
+            delta(9, "\"a\"", "\"x\"").replace("\"content_index\":2", "\"content_index\":3"),
+            delta(9, "\"a\"", "\"x\"") + " ",
+            delta(9, "\"a\"", "\"x\"").replace("\"delta\":", "\"delta\" :"),
+            delta(9, "\"a\"", "\"x\"").replace(":9,", ":09,"),
+            delta(9, "\"a\"", "\"x\"").replace(":9,", ":9.0,"),
+            delta(9, "\"a\"", "\"x\"").replace(":9,", ":-9,"),
+            delta(9, "\"a\"", "\"x\"").replace(":9,", ":18446744073709551616,"),
+            delta(9, "\"a\"", "\"x\"").replace("}", ",\"z\":1}"),
+            delta(9, "\"a\\q\"", "\"x\""),
+            format!("{}\u{1}", &delta(9, "\"a\"", "\"x\"")),
+        ] {
+            let mut fresh = Shape::default();
+            through_shape(&mut fresh, delta(1, "\"a\"", "\"x\"").as_bytes());
+            assert!(!through_shape(&mut fresh, odd.as_bytes()), "{odd}");
+        }
+    }
+
+    /// Random mutations of learned payloads: whenever the shape answers, it answers as the
+    /// reader does.
+    #[test]
+    fn shape_differential_against_the_reader() {
+        let bases = [
+            &br#"{"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_1","output_index":0,"content_index":0,"delta":" word","logprobs":[],"obfuscation":"abc"}"#[..],
+            br#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":1,"delta":"{\"a\":","sequence_number":3}"#,
+            br#"{ "type" : "x" , "item_id" : null , "n" : 0.5, "o": {"k": [1, "v"]}, "delta": "d" }"#,
+            br#"{"type":"response.audio.transcript.delta","response_id":"r","item_id":"i","delta":"hi","extra":[{"a":1}],"flag":true}"#,
+        ];
+        let alphabet: &[u8] = b"\"\\{}[],:0123456789 -.eEnultrfasx\xc3\xa9";
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut hits = 0;
+        for _ in 0..100_000 {
+            let base = bases[(next() % bases.len() as u64) as usize];
+            let mut shape = Shape::default();
+            through_shape(&mut shape, base);
+            let mut p = base.to_vec();
+            for _ in 0..=(next() % 3) {
+                let at = (next() % (p.len() as u64 + 1)) as usize;
+                let byte = alphabet[(next() % alphabet.len() as u64) as usize];
+                match next() % 3 {
+                    0 if at < p.len() => p[at] = byte,
+                    1 if at < p.len() => {
+                        p.remove(at);
+                    }
+                    _ => p.insert(at, byte),
+                }
+            }
+            if through_shape(&mut shape, &p) {
+                hits += 1;
+            }
+        }
+        assert!(hits > 1_000, "mutations inside holes should hit ({hits})");
+    }
+
+    /// Every Responses and Realtime recording read in order through one shape each: hits
+    /// agree with the reader, and the runs of deltas do hit.
+    #[test]
+    fn shape_agrees_with_the_reader_on_the_corpus() {
+        let (mut events, mut hits) = (0, 0);
+        for kind in ["responses", "realtime"] {
+            let mut files = vec![crate::accumulate::corpus_dir(kind)];
+            while let Some(path) = files.pop() {
+                if path.is_dir() {
+                    files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                    continue;
+                }
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    continue;
+                };
+                let mut shape = Shape::default();
+                for line in text.lines() {
+                    let json = line.strip_prefix("data:").unwrap_or(line).trim();
+                    if json.starts_with('{') {
+                        events += 1;
+                        hits += usize::from(through_shape(&mut shape, json.as_bytes()));
+                    }
+                }
+            }
+        }
+        eprintln!("shape hits on the corpus: {hits} of {events} events");
+        assert!(
+            hits * 2 > events,
+            "most corpus events should read through a shape ({hits} of {events})"
         );
     }
 

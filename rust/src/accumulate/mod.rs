@@ -51,6 +51,7 @@ use serde_json::{Map, Value};
 
 mod chat;
 mod fast;
+pub(crate) use fast::Shape;
 mod realtime;
 mod responses;
 
@@ -236,15 +237,23 @@ pub(crate) fn parse_event<'a, T: Deserialize<'a>>(
 pub(crate) fn read_stream_event<'a>(
     payload: &'a [u8],
     ev: &mut StreamEvent<'a>,
+    shape: &mut fast::Shape,
     events: &mut u64,
     unknown: &mut u64,
     warnings: &mut Vec<String>,
     used: fn(&str) -> bool,
 ) -> Result<bool, AccumulateError> {
+    if shape.is_learned() {
+        if shape.read(payload, ev) {
+            return Ok(true);
+        }
+        *ev = StreamEvent::default();
+    }
     if is_done_marker(payload) {
         return Ok(false);
     }
     if fast::parse_into(payload, ev) {
+        shape.missed(payload);
         return Ok(true);
     }
     match parse_event(payload, *events) {

@@ -43,7 +43,7 @@ use serde_json::{Map, Value};
 
 use super::{
     apply_part, apply_text, event_error_warning, read_stream_event, AccumulateError, Flavor,
-    ItemKind, ItemStore, StreamEvent, TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP,
+    ItemKind, ItemStore, Shape, StreamEvent, TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP,
     FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
@@ -151,6 +151,8 @@ pub struct RealtimeAccumulator {
     warnings: Vec<String>,
     unknown_events: u64,
     events: u64,
+    /// The shape of recent payloads, to read the next ones faster.
+    shape: Shape,
     cap: TextCap,
 }
 
@@ -175,6 +177,7 @@ impl RealtimeAccumulator {
             warnings: Vec::new(),
             unknown_events: 0,
             events: 0,
+            shape: Shape::default(),
             cap: TextCap::new(limit),
         }
     }
@@ -182,12 +185,21 @@ impl RealtimeAccumulator {
     /// One server event's JSON.
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         let mut ev = StreamEvent::default();
-        let (events, unknown, warnings) = (
+        let (shape, events, unknown, warnings) = (
+            &mut self.shape,
             &mut self.events,
             &mut self.unknown_events,
             &mut self.warnings,
         );
-        if !read_stream_event(payload, &mut ev, events, unknown, warnings, is_used_type)? {
+        if !read_stream_event(
+            payload,
+            &mut ev,
+            shape,
+            events,
+            unknown,
+            warnings,
+            is_used_type,
+        )? {
             return Ok(());
         }
         self.events += 1;

@@ -53,7 +53,7 @@ use serde_json::{Map, Value};
 
 use super::{
     apply_part, apply_text, event_error_warning, part_mut, read_stream_event, AccumulateError,
-    Flavor, ItemKind, ItemStore, StreamEvent, TextAt, TextCap, TextSpec, TextTarget,
+    Flavor, ItemKind, ItemStore, Shape, StreamEvent, TextAt, TextCap, TextSpec, TextTarget,
     DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
@@ -176,6 +176,8 @@ pub struct ResponseAccumulator {
     warnings: Vec<String>,
     unknown_events: u64,
     events: u64,
+    /// The shape of recent payloads, to read the next ones faster.
+    shape: Shape,
     run: DeltaRun,
     cap: TextCap,
 }
@@ -293,6 +295,7 @@ impl ResponseAccumulator {
             warnings: Vec::new(),
             unknown_events: 0,
             events: 0,
+            shape: Shape::default(),
             run: DeltaRun::default(),
             cap: TextCap::new(limit),
         }
@@ -311,12 +314,21 @@ impl ResponseAccumulator {
     /// One event's JSON payload (the SSE `data`). Dispatches on the JSON `type`.
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         let mut ev = StreamEvent::default();
-        let (events, unknown, warnings) = (
+        let (shape, events, unknown, warnings) = (
+            &mut self.shape,
             &mut self.events,
             &mut self.unknown_events,
             &mut self.warnings,
         );
-        if !read_stream_event(payload, &mut ev, events, unknown, warnings, is_used_type)? {
+        if !read_stream_event(
+            payload,
+            &mut ev,
+            shape,
+            events,
+            unknown,
+            warnings,
+            is_used_type,
+        )? {
             return Ok(());
         }
         self.add_event(&ev)

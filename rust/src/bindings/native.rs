@@ -25,7 +25,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple, PyType};
 
 use super::structs::{direct_reads, Slot};
-use crate::lex::{Lexer, Num, Text, MAX_DEPTH};
+use crate::lex::{same, Lexer, Num, Text, MAX_DEPTH};
 
 // What a field's type admits (its union's members), as `rapidsse._native` writes it.
 const NULL: u8 = 1;
@@ -548,36 +548,6 @@ fn int(py: Python<'_>, n: i64, cached: &mut CachedInt) -> Option<Owned> {
         cached.obj = Some(unsafe { Bound::from_owned_ptr(py, new_ref(obj.0).into_raw()) }.unbind());
     }
     Some(obj)
-}
-
-/// Whether two byte strings (object keys, tags, cached values of at most [`CACHED_LEN`]
-/// bytes) are equal, without a call to `memcmp`: eight bytes at a time.
-#[inline(always)]
-fn same(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if n >= 8 {
-        // SAFETY: each read is of the eight bytes at `at`, and `at + 8 <= n` for both slices.
-        let word =
-            |s: &[u8], at: usize| unsafe { s.as_ptr().add(at).cast::<u64>().read_unaligned() };
-        let mut i = 0;
-        while i + 8 < n {
-            if word(a, i) != word(b, i) {
-                return false;
-            }
-            i += 8;
-        }
-        return word(a, n - 8) == word(b, n - 8);
-    }
-    if n >= 4 {
-        // SAFETY: each read is of the four bytes at `at`, and `at + 4 <= n` for both slices.
-        let word =
-            |s: &[u8], at: usize| unsafe { s.as_ptr().add(at).cast::<u32>().read_unaligned() };
-        return word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4);
-    }
-    a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// A str of `text` (UTF-8, checked by Python's strict decoder), reusing the cached one when the
