@@ -273,3 +273,105 @@ def test_cached_strings_differing_in_one_byte_are_not_confused(length):
         ids.append("a" * at + "b" + "a" * (length - at - 1))
     batch = [('{"type":"response.output_text.delta","item_id":"%s","delta":"x"}' % i).encode() for i in ids]
     assert [e.item_id for e in sch.decode_each(batch)] == ids
+
+
+# Shapes: runs of like events built by comparing fixed bytes and reading only the holes.
+
+RUN = (
+    '{{"type":"response.output_text.delta","sequence_number":{seq},"item_id":"msg_1",'
+    '"output_index":0,"content_index":0,"delta":{delta},"logprobs":[],"obfuscation":{obf}}}'
+)
+
+
+def run_payload(seq: Any = 1, delta: str = '"x"', obf: str = '"ab"') -> bytes:
+    return RUN.format(seq=seq, delta=delta, obf=obf).encode()
+
+
+def test_a_run_of_deltas_is_built_through_a_shape_as_msgspec_builds_it():
+    deltas = ['" word"', '"line\\nnext \\"q\\" \\u00e9\\ud83d\\ude00"', '"\u00e9t\u00e9"', '""', '"' + "y" * 300 + '"']
+    batch = [run_payload(i, deltas[i % len(deltas)], '"o%d"' % i) for i in range(60)]
+    ours, shaped = schema("responses").decode_counting(batch)
+    # The first two are read member by member (the shape is learned from their difference).
+    assert shaped == len(batch) - 2
+    assert check("responses", batch) == len(batch)
+    assert [e.delta for e in ours] == [msgspec.json.decode(p)["delta"] for p in batch]
+
+
+def test_payloads_off_the_shape_are_built_member_by_member_or_declined():
+    """Each odd payload comes after a learned run: msgspec's answer, whatever the shape."""
+    odd = [
+        run_payload(5, "null"),
+        run_payload(5, "5"),
+        run_payload(5, '"\\ud800"'),
+        run_payload(5, '"a\\q"'),
+        run_payload(5, '"a'),
+        run_payload(5.5),
+        run_payload(-5),
+        run_payload(2**64),
+        run_payload("05"),
+        run_payload(5, obf="[1, {}]"),
+        run_payload(5, obf='"\\u0041"'),
+        run_payload(5, obf='"\u00e9"'),
+        run_payload(5).replace(b"msg_1", b"msg_2"),
+        run_payload(5).replace(b'"content_index":0', b'"content_index":1'),
+        run_payload(5).replace(b'"logprobs":[]', b'"logprobs":[{"token":"a","logprob":-1.0,"top_logprobs":[]}]'),
+        run_payload(5).replace(b"response.output_text.delta", b"response.refusal.delta"),
+        run_payload(5) + b" ",
+        run_payload(5) + b"x",
+        run_payload(5).replace(b'"delta":', b'"delta" :'),
+        run_payload(5).replace(b"}", b',"extra":1}'),
+        run_payload(5).replace(b'"item_id":"msg_1",', b""),
+        run_payload(5)[:-1],
+        run_payload(5, '"a\x01"'),
+        b"[]",
+        b"{}",
+    ]
+    for payload in odd:
+        batch = [run_payload(1), run_payload(2, '"y"', '"cd"'), run_payload(3, '"z"'), payload, run_payload(4)]
+        check("responses", batch)
+    invalid_utf8 = run_payload(5).replace(b'"ab"', b'"\xff"')
+    assert schema("responses").decode_each([run_payload(1), run_payload(2, '"y"'), invalid_utf8]) == [
+        *schema("responses").decode_each([run_payload(1), run_payload(2, '"y"')]),
+        None,
+    ]
+
+
+def test_fields_kept_by_a_shape_are_shared_only_when_immutable():
+    batch = [run_payload(i, '"d%d"' % i) for i in range(10)]
+    out, shaped = schema("responses").decode_counting(batch)
+    assert shaped == 8
+    # A new empty list for each event, as msgspec makes: appending to one changes no other.
+    assert len({id(e.logprobs) for e in out}) == len(out)
+    out[5].logprobs.append(1)
+    assert [len(e.logprobs) for e in out] == [0, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert {e.item_id for e in out} == {"msg_1"} and [e.sequence_number for e in out] == list(range(10))
+
+
+def test_chat_chunks_are_built_through_a_shape():
+    batch = [
+        (
+            '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1756315696,"model":"m",'
+            '"choices":[{"index":0,"delta":{"content":"t%d"},"logprobs":null,"finish_reason":null}],'
+            '"usage":null}' % i
+        ).encode()
+        for i in range(30)
+    ]
+    _, shaped = schema("chat").decode_counting(batch)
+    assert shaped == 28
+    assert check("chat", batch) == 30
+
+
+def test_no_reference_leaks_through_shapes():
+    sch = schema("responses")
+    batch = [run_payload(i, '"d%d"' % i, '"o%d"' % i) for i in range(400)]
+    batch[200] = run_payload(200, "null")  # declined: msgspec decides
+    gc.collect()
+    before = sys.getrefcount(responses.OutputTextDelta)
+    for _ in range(3):
+        out, shaped = sch.decode_counting(batch)
+        declined = out.count(None)
+        del out
+        assert shaped > 390 and declined == 1
+    gc.collect()
+    after = sys.getrefcount(responses.OutputTextDelta)  # (not inside the assert: pytest's
+    assert after == before  # rewriting would hold one more reference while it calls)

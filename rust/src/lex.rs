@@ -195,6 +195,18 @@ impl<'a> Lexer<'a> {
         Lexer { buf, pos: 0 }
     }
 
+    /// Where the next byte is read.
+    #[inline(always)]
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Reads on from `pos` (at most the length of the input).
+    #[inline(always)]
+    pub fn seek(&mut self, pos: usize) {
+        self.pos = pos.min(self.buf.len());
+    }
+
     /// Skips JSON whitespace (space, tab, LF, CR) and returns the next byte.
     #[inline(always)]
     pub fn peek(&mut self) -> Option<u8> {

@@ -101,6 +101,7 @@ pub(crate) struct State {
     ints: Vec<CachedInt>,
     last_tag: Vec<u8>,
     last_struct: usize,
+    shape: Shape,
 }
 
 #[derive(Default)]
@@ -320,6 +321,7 @@ impl Schema {
             ints: (0..self.int_caches).map(|_| CachedInt::default()).collect(),
             last_tag: Vec::new(),
             last_struct: usize::MAX,
+            shape: Shape::default(),
         }
     }
 
@@ -330,11 +332,34 @@ impl Schema {
         state: &mut State,
         payload: &[u8],
     ) -> Option<Bound<'py, PyAny>> {
+        if !state.shape.pieces.is_empty() {
+            let shape = std::mem::take(&mut state.shape);
+            let obj = self.shaped(py, state, &shape, payload);
+            state.shape = shape;
+            if let Some(obj) = obj {
+                state.shape.hits += 1;
+                // SAFETY: `obj` is an owned reference to a complete object.
+                return Some(unsafe { Bound::from_owned_ptr(py, obj.into_raw()) });
+            }
+        }
+        let (obj, index) = self.decode_member_by_member(py, state, payload)?;
+        self.learn(py, state, payload, index, &obj);
+        // SAFETY: `obj` is an owned reference to a complete object.
+        Some(unsafe { Bound::from_owned_ptr(py, obj.into_raw()) })
+    }
+
+    /// [`decode`](Self::decode) without a shape: the object and the index of its Struct.
+    fn decode_member_by_member(
+        &self,
+        py: Python<'_>,
+        state: &mut State,
+        payload: &[u8],
+    ) -> Option<(Owned, usize)> {
         let mut lx = Lexer::new(payload);
         if !lx.eat(b'{') {
             return None;
         }
-        let obj = match &self.tag_field {
+        let (obj, index) = match &self.tag_field {
             Some(tag_field) => {
                 if lx.plain_string()? != &tag_field[..] || !lx.eat(b':') {
                     return None;
@@ -349,15 +374,203 @@ impl Schema {
                     state.last_struct = index;
                     index
                 };
-                self.object(py, &mut lx, state, index, false, 0)?
+                (self.object(py, &mut lx, state, index, false, 0)?, index)
             }
-            None => self.object(py, &mut lx, state, self.root?, true, 0)?,
+            None => {
+                let index = self.root?;
+                (self.object(py, &mut lx, state, index, true, 0)?, index)
+            }
         };
         if !lx.at_end() {
             return None;
         }
-        // SAFETY: `obj` is an owned reference to a complete object.
-        Some(unsafe { Bound::from_owned_ptr(py, obj.into_raw()) })
+        Some((obj, index))
+    }
+
+    /// `payload` read through `shape` (see [`Shape`]), or None on a miss.
+    fn shaped(
+        &self,
+        py: Python<'_>,
+        state: &mut State,
+        shape: &Shape,
+        payload: &[u8],
+    ) -> Option<Owned> {
+        let plan = &self.structs[shape.index];
+        let fields = plan.fields.as_deref()?;
+        // The cheapest test first: the learned payload's opening bytes (the tag, for tagged
+        // protocols) are not worth building an object for when they differ.
+        let Some(&ShapePiece::Fixed { start, end }) = shape.pieces.first() else {
+            return None;
+        };
+        let opening = &shape.learned[start as usize..end as usize];
+        if !same(payload.get(..opening.len())?, opening) {
+            return None;
+        }
+        // SAFETY: as in `object`: the class's own `tp_alloc`, a zeroed instance or NULL.
+        let obj = Owned::new(unsafe { (plan.alloc)(plan.cls.as_ptr().cast(), 0) })?;
+        let base = obj.0.cast::<u8>();
+        let mut lx = Lexer::new(payload);
+        let mut pos = opening.len();
+        for piece in &shape.pieces[1..] {
+            match *piece {
+                ShapePiece::Fixed { start, end } => {
+                    let fixed = &shape.learned[start as usize..end as usize];
+                    if !same(payload.get(pos..pos + fixed.len())?, fixed) {
+                        return None;
+                    }
+                    pos += fixed.len();
+                }
+                ShapePiece::Field(i) => {
+                    let field = &fields[i];
+                    lx.seek(pos);
+                    let value = self.value(py, &mut lx, state, &field.node, 0)?;
+                    pos = lx.position();
+                    // SAFETY: the field's slot in the instance (see `object`), still NULL:
+                    // the shape sets each of its fields once.
+                    unsafe {
+                        *base.add(field.offset).cast::<*mut ffi::PyObject>() = value.into_raw();
+                    }
+                }
+                ShapePiece::Skip => {
+                    lx.seek(pos);
+                    lx.skip_value(1)?;
+                    pos = lx.position();
+                }
+            }
+        }
+        if pos != payload.len() {
+            return None;
+        }
+        for (offset, kept) in &shape.kept {
+            // SAFETY: creating objects with the GIL held.
+            let value = match kept {
+                Kept::Object(v) => new_ref(v.as_ptr()),
+                Kept::List => Owned::new(unsafe { ffi::PyList_New(0) })?,
+                Kept::Dict => Owned::new(unsafe { ffi::PyDict_New() })?,
+            };
+            // SAFETY: as above.
+            unsafe {
+                *base.add(*offset).cast::<*mut ffi::PyObject>() = value.into_raw();
+            }
+        }
+        self.fill_defaults(base, fields, shape.present)?;
+        Some(obj)
+    }
+
+    /// After `payload` was decoded member by member into `obj` (a Struct `index`): learns the
+    /// shape it shares with the payload decoded before it, if any (see [`Shape`]). Shapes that
+    /// never hit are learned less and less often (a stream whose events keep changing shape).
+    fn learn(&self, py: Python<'_>, state: &mut State, payload: &[u8], index: usize, obj: &Owned) {
+        let shape = &mut state.shape;
+        if !shape.pieces.is_empty() {
+            shape.barren = if shape.hits == 0 {
+                shape.barren.saturating_add(1)
+            } else {
+                0
+            };
+            shape.pieces.clear();
+        }
+        shape.misses = shape.misses.wrapping_add(1);
+        if shape.barren < 8 || shape.misses % 32 == 0 {
+            shape.misses = 0;
+            shape.hits = 0;
+            if self.cut(py, shape, payload, index, obj).is_none() {
+                shape.pieces.clear();
+            }
+        }
+        shape.previous.clear();
+        shape.previous.extend_from_slice(payload);
+    }
+
+    /// Cuts `payload` into the pieces of a shape: the members whose bytes equal those of the
+    /// previous payload (same keys, in the same order, with the same bytes between them) are
+    /// fixed, the others are holes.
+    fn cut(
+        &self,
+        py: Python<'_>,
+        shape: &mut Shape,
+        payload: &[u8],
+        index: usize,
+        obj: &Owned,
+    ) -> Option<()> {
+        shape.pieces.clear();
+        shape.kept.clear();
+        shape.present = 0;
+        let fields = self.structs[index].fields.as_deref()?;
+        let before = members(&shape.previous)?;
+        let now = members(payload)?;
+        if before.len() != now.len() || before.is_empty() {
+            return None;
+        }
+        let (old, new) = (&shape.previous[..], payload);
+        let (mut old_from, mut new_from, mut fixed_from) = (0, 0, 0);
+        for (b, n) in before.iter().zip(&now) {
+            if !same(&old[old_from..b.value.start], &new[new_from..n.value.start]) {
+                return None;
+            }
+            let (old_value, new_value) = (&old[b.value.clone()], &new[n.value.clone()]);
+            let key = &new[n.key.clone()];
+            let field = fields.iter().position(|f| same(&f.json, key));
+            let equal = same(old_value, new_value);
+            if let Some(i) = field {
+                shape.present |= 1u64 << i;
+            } else if self.tag_field.as_deref() == Some(key) && old_from == 0 && !equal {
+                return None; // another tag: another class
+            }
+            let kept = match field {
+                // SAFETY: the field's slot in the complete instance `obj`: a valid reference.
+                Some(i) if equal => kept(py, unsafe {
+                    *obj.0
+                        .cast::<u8>()
+                        .add(fields[i].offset)
+                        .cast::<*mut ffi::PyObject>()
+                }),
+                _ => None,
+            };
+            match (kept, field) {
+                (Some(kept), Some(i)) => shape.kept.push((fields[i].offset, kept)),
+                (None, _) if equal && field.is_none() => {}
+                (None, field) => {
+                    push_fixed(&mut shape.pieces, fixed_from, n.value.start)?;
+                    shape
+                        .pieces
+                        .push(field.map_or(ShapePiece::Skip, ShapePiece::Field));
+                    fixed_from = n.value.end;
+                }
+                (Some(_), None) => unreachable!("kept values are those of fields"),
+            }
+            old_from = b.value.end;
+            new_from = n.value.end;
+        }
+        if !same(&old[old_from..], &new[new_from..]) {
+            return None;
+        }
+        push_fixed(&mut shape.pieces, fixed_from, new.len())?;
+        shape.index = index;
+        shape.learned.clear();
+        shape.learned.extend_from_slice(payload);
+        Some(())
+    }
+
+    /// Fills the fields not in `present` with their defaults (None: one is required).
+    fn fill_defaults(&self, base: *mut u8, fields: &[Field], present: u64) -> Option<()> {
+        for (i, field) in fields.iter().enumerate() {
+            if present & (1u64 << i) != 0 {
+                continue;
+            }
+            // SAFETY: creating objects with the GIL held.
+            let value = match &field.default {
+                Default::Required => return None,
+                Default::Value(v) => new_ref(v.as_ptr()),
+                Default::List => Owned::new(unsafe { ffi::PyList_New(0) })?,
+                Default::Dict => Owned::new(unsafe { ffi::PyDict_New() })?,
+            };
+            // SAFETY: the field's slot in the instance, still NULL (not present).
+            unsafe {
+                *base.add(field.offset).cast::<*mut ffi::PyObject>() = value.into_raw();
+            }
+        }
+        Some(())
     }
 
     /// The members of an object whose `{` (and, when `!first`, its tag) was read, built as
@@ -431,22 +644,7 @@ impl Schema {
                 return None;
             }
         }
-        for (i, field) in fields.iter().enumerate() {
-            if seen & (1u64 << i) != 0 {
-                continue;
-            }
-            // SAFETY: creating objects with the GIL held.
-            let value = match &field.default {
-                Default::Required => return None,
-                Default::Value(v) => new_ref(v.as_ptr()),
-                Default::List => Owned::new(unsafe { ffi::PyList_New(0) })?,
-                Default::Dict => Owned::new(unsafe { ffi::PyDict_New() })?,
-            };
-            // SAFETY: as above; this slot is still NULL.
-            unsafe {
-                *base.add(field.offset).cast::<*mut ffi::PyObject>() = value.into_raw();
-            }
-        }
+        self.fill_defaults(base, fields, seen)?;
         Some(obj)
     }
 
@@ -525,6 +723,132 @@ impl Schema {
             _ => None,
         }
     }
+}
+
+/// The shape of a stream's recent events, to build the next ones with less reading.
+///
+/// Most of a stream is runs of one kind of event whose members repeat byte for byte (the
+/// tag, the item id, the indices, the model) around a few that change (the delta, the
+/// sequence number, an unread `obfuscation`). When two payloads decoded in a row have the same
+/// keys in the same order with the same bytes between the values, the second is cut into
+/// fixed pieces (its bytes) and holes (the values that differed). A later payload whose bytes
+/// equal every fixed piece, with values in the holes that the builder accepts, is then built
+/// by comparing the pieces and reading the holes only: a fixed field takes the very object the
+/// learned event has (an immutable str, int, float, bool or None), or a new empty list or dict.
+/// Exactness is by construction: such a payload differs from the learned one (which the
+/// builder accepted) only inside holes, each read by the method the member-by-member path uses
+/// for that field, so the Struct equals the one that path builds. Anything else misses and goes
+/// member by member.
+#[derive(Default)]
+struct Shape {
+    /// The Struct the shape builds.
+    index: usize,
+    learned: Vec<u8>,
+    pieces: Vec<ShapePiece>,
+    /// Fixed fields: slot offset and value.
+    kept: Vec<(usize, Kept)>,
+    /// The fields the shape sets (the others take their defaults).
+    present: u64,
+    hits: u32,
+    /// Shapes learned in a row that never hit.
+    barren: u32,
+    misses: u32,
+    /// The last payload decoded member by member.
+    previous: Vec<u8>,
+}
+
+#[derive(Clone, Copy)]
+enum ShapePiece {
+    /// Bytes `start..end` of the learned payload.
+    Fixed { start: u32, end: u32 },
+    /// A value read into field `i`.
+    Field(usize),
+    /// An unknown member's value, validated and skipped.
+    Skip,
+}
+
+enum Kept {
+    Object(Py<PyAny>),
+    List,
+    Dict,
+}
+
+/// A fixed field's value as a shape keeps it: an immutable object itself, an empty list or
+/// dict as a new one for each event; None for anything else (read afresh each time).
+fn kept(py: Python<'_>, obj: *mut ffi::PyObject) -> Option<Kept> {
+    // SAFETY: `obj` is a valid reference (a slot of a complete Struct); type checks and
+    // sizes with the GIL held.
+    unsafe {
+        let exact = |t: *mut ffi::PyTypeObject| ffi::Py_TYPE(obj) == t;
+        if obj == ffi::Py_None()
+            || obj == ffi::Py_True()
+            || obj == ffi::Py_False()
+            || exact(std::ptr::addr_of_mut!(ffi::PyUnicode_Type))
+            || exact(std::ptr::addr_of_mut!(ffi::PyLong_Type))
+            || exact(std::ptr::addr_of_mut!(ffi::PyFloat_Type))
+        {
+            return Some(Kept::Object(
+                Bound::from_owned_ptr(py, new_ref(obj).into_raw()).unbind(),
+            ));
+        }
+        if exact(std::ptr::addr_of_mut!(ffi::PyList_Type)) && ffi::PyList_Size(obj) == 0 {
+            return Some(Kept::List);
+        }
+        if exact(std::ptr::addr_of_mut!(ffi::PyDict_Type)) && ffi::PyDict_Size(obj) == 0 {
+            return Some(Kept::Dict);
+        }
+    }
+    None
+}
+
+fn push_fixed(pieces: &mut Vec<ShapePiece>, start: usize, end: usize) -> Option<()> {
+    pieces.push(ShapePiece::Fixed {
+        start: u32::try_from(start).ok()?,
+        end: u32::try_from(end).ok()?,
+    });
+    Some(())
+}
+
+/// Where a top-level member's key and value lie.
+struct Member {
+    key: std::ops::Range<usize>,
+    value: std::ops::Range<usize>,
+}
+
+/// The members of the JSON object `payload` (None if it is not one the lexer accepts).
+fn members(payload: &[u8]) -> Option<Vec<Member>> {
+    let mut lx = Lexer::new(payload);
+    if !lx.eat(b'{') {
+        return None;
+    }
+    let mut out = Vec::new();
+    if lx.eat(b'}') {
+        return lx.at_end().then_some(out);
+    }
+    loop {
+        lx.peek()?;
+        let start = lx.position() + 1;
+        let key = lx.plain_string()?;
+        let key = start..start + key.len();
+        if !lx.eat(b':') {
+            return None;
+        }
+        lx.peek()?;
+        let from = lx.position();
+        lx.skip_value(1)?;
+        out.push(Member {
+            key,
+            value: from..lx.position(),
+        });
+        if lx.eat(b',') {
+            continue;
+        }
+        if lx.eat(b'}') {
+            break;
+        }
+        return None;
+    }
+    lx.at_end().then_some(out)
 }
 
 /// An int of `n`, reusing the cached one when the field repeats its previous value (CPython
@@ -655,5 +979,26 @@ impl NativeSchema {
             .iter()
             .map(|p| self.schema.decode(py, &mut state, p))
             .collect()
+    }
+
+    /// [`decode_each`](Self::decode_each), and how many payloads were built through a shape.
+    /// For the tests.
+    fn decode_counting<'py>(
+        &self,
+        py: Python<'py>,
+        payloads: Vec<Vec<u8>>,
+    ) -> (Vec<Option<Bound<'py, PyAny>>>, u64) {
+        let mut state = self.schema.state();
+        let mut shaped = 0;
+        let out = payloads
+            .iter()
+            .map(|p| {
+                let hits = state.shape.hits;
+                let obj = self.schema.decode(py, &mut state, p);
+                shaped += u64::from(state.shape.hits > hits);
+                obj
+            })
+            .collect();
+        (out, shaped)
     }
 }
