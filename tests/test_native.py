@@ -375,3 +375,61 @@ def test_no_reference_leaks_through_shapes():
     gc.collect()
     after = sys.getrefcount(responses.OutputTextDelta)  # (not inside the assert: pytest's
     assert after == before  # rewriting would hold one more reference while it calls)
+
+
+CHUNK = (
+    '{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1756315696,"model":"m",'
+    '"choices":[{{"index":0,"delta":{{"content":{content}}},"logprobs":null,"finish_reason":null}}],'
+    '"usage":null,"obfuscation":{obf}}}'
+)
+
+
+def chunk_payload(content: str = '"t"', obf: str = '"ab"') -> bytes:
+    return CHUNK.format(content=content, obf=obf).encode()
+
+
+def test_chunks_off_the_nested_shape_are_built_member_by_member_or_declined():
+    """The choice and its delta are nested shapes: anything off them gets msgspec's answer."""
+    base = chunk_payload()
+    odd = [
+        chunk_payload("null"),
+        chunk_payload("5"),
+        chunk_payload('[{"type":"text","text":"x"}]'),
+        chunk_payload('"\\ud800"'),
+        chunk_payload('"a\\n\\u00e9"'),
+        base.replace(b'"choices":[{', b'"choices":[ {'),
+        base.replace(b'}],"usage"', b'},{"index":1,"delta":{},"logprobs":null,"finish_reason":null}],"usage"'),
+        base.replace(b'"choices":[{"index":0,"delta":{"content":"t"},"logprobs":null,"finish_reason":null}]', b'"choices":[]'),
+        base.replace(b'{"content":"t"}', b'{"role":"assistant","content":"t"}'),
+        base.replace(b'{"content":"t"}', b'{"content":"t","content":"u"}'),
+        base.replace(b'{"content":"t"}', b'{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}'),
+        base.replace(b'"finish_reason":null', b'"finish_reason":"stop"'),
+        base.replace(b'"finish_reason":null', b'"finish_reason":7'),
+        base.replace(b'"index":0', b'"index":1'),
+        base.replace(b'"index":0', b'"index":-1'),
+        base.replace(b'"index":0', b'"index":0.5'),
+        base.replace(b'"logprobs":null', b'"logprobs":{"content":[]}'),
+        base.replace(b'"usage":null', b'"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}'),
+        base.replace(b'"choices":[{', b'"choices":{'),
+        base.replace(b'{"content":"t"}', b'{"content":"t"'),
+        base[:-1],
+    ]
+    for payload in odd:
+        batch = [chunk_payload('"a"'), chunk_payload('"b"', '"cd"'), chunk_payload('"c"'), payload, chunk_payload('"d"')]
+        check("chat", batch)
+    # Runs whose nested values change shape too are still built as msgspec builds them.
+    for i, payload in enumerate(odd):
+        batch = [payload, payload.replace(b'"ab"', b'"xy"'), odd[(i + 1) % len(odd)], payload]
+        check("chat", batch)
+
+
+def test_nested_shapes_give_each_event_its_own_nested_objects():
+    batch = [chunk_payload('"t%d"' % i) for i in range(12)]
+    out, shaped = schema("chat").decode_counting(batch)
+    assert shaped == 10
+    choices = [e.choices for e in out]
+    assert len({id(c) for c in choices}) == 12 and len({id(c[0]) for c in choices}) == 12
+    assert len({id(c[0].delta) for c in choices}) == 12
+    assert [c[0].delta.content for c in choices] == ["t%d" % i for i in range(12)]
+    out[3].choices[0].delta.content = "changed"
+    assert out[4].choices[0].delta.content == "t4"

@@ -195,6 +195,12 @@ impl<'a> Lexer<'a> {
         Lexer { buf, pos: 0 }
     }
 
+    /// The input.
+    #[inline(always)]
+    pub fn input(&self) -> &'a [u8] {
+        self.buf
+    }
+
     /// Where the next byte is read.
     #[inline(always)]
     pub fn position(&self) -> usize {

@@ -332,7 +332,7 @@ impl Schema {
         state: &mut State,
         payload: &[u8],
     ) -> Option<Bound<'py, PyAny>> {
-        if !state.shape.pieces.is_empty() {
+        if !state.shape.root.pieces.is_empty() {
             let shape = std::mem::take(&mut state.shape);
             let obj = self.shaped(py, state, &shape, payload);
             state.shape = shape;
@@ -395,65 +395,79 @@ impl Schema {
         shape: &Shape,
         payload: &[u8],
     ) -> Option<Owned> {
-        let plan = &self.structs[shape.index];
-        let fields = plan.fields.as_deref()?;
         // The cheapest test first: the learned payload's opening bytes (the tag, for tagged
         // protocols) are not worth building an object for when they differ.
-        let Some(&ShapePiece::Fixed { start, end }) = shape.pieces.first() else {
+        let Some(&ShapePiece::Fixed { start, end }) = shape.root.pieces.first() else {
             return None;
         };
         let opening = &shape.learned[start as usize..end as usize];
         if !same(payload.get(..opening.len())?, opening) {
             return None;
         }
+        let mut lx = Lexer::new(payload);
+        let obj = self.build_shaped(py, state, &shape.learned, &shape.root, &mut lx, 0)?;
+        (lx.position() == payload.len()).then_some(obj)
+    }
+
+    /// The Struct of `object` (a shape or a nested one) read from `lx`'s position on: its
+    /// fixed pieces compared, its holes read as the member-by-member path reads them.
+    fn build_shaped(
+        &self,
+        py: Python<'_>,
+        state: &mut State,
+        learned: &[u8],
+        object: &ObjectShape,
+        lx: &mut Lexer<'_>,
+        depth: usize,
+    ) -> Option<Owned> {
+        let plan = &self.structs[object.index];
+        let fields = plan.fields.as_deref()?;
         // SAFETY: as in `object`: the class's own `tp_alloc`, a zeroed instance or NULL.
         let obj = Owned::new(unsafe { (plan.alloc)(plan.cls.as_ptr().cast(), 0) })?;
         let base = obj.0.cast::<u8>();
-        let mut lx = Lexer::new(payload);
-        let mut pos = opening.len();
-        for piece in &shape.pieces[1..] {
-            match *piece {
-                ShapePiece::Fixed { start, end } => {
-                    let fixed = &shape.learned[start as usize..end as usize];
-                    if !same(payload.get(pos..pos + fixed.len())?, fixed) {
+        let set = |offset: usize, value: Owned| {
+            // SAFETY: the field's slot in the instance (see `object`), still NULL: a shape
+            // sets each field once, and only the fields it has.
+            unsafe { *base.add(offset).cast::<*mut ffi::PyObject>() = value.into_raw() }
+        };
+        for piece in &object.pieces {
+            match piece {
+                &ShapePiece::Fixed { start, end } => {
+                    let fixed = &learned[start as usize..end as usize];
+                    let at = lx.position();
+                    if !same(lx.input().get(at..at + fixed.len())?, fixed) {
                         return None;
                     }
-                    pos += fixed.len();
+                    lx.seek(at + fixed.len());
                 }
-                ShapePiece::Field(i) => {
+                &ShapePiece::Field(i) => {
                     let field = &fields[i];
-                    lx.seek(pos);
-                    let value = self.value(py, &mut lx, state, &field.node, 0)?;
-                    pos = lx.position();
-                    // SAFETY: the field's slot in the instance (see `object`), still NULL:
-                    // the shape sets each of its fields once.
-                    unsafe {
-                        *base.add(field.offset).cast::<*mut ffi::PyObject>() = value.into_raw();
-                    }
+                    set(field.offset, self.value(py, lx, state, &field.node, depth)?);
                 }
-                ShapePiece::Skip => {
-                    lx.seek(pos);
-                    lx.skip_value(1)?;
-                    pos = lx.position();
+                ShapePiece::Skip => lx.skip_value(depth + 1)?,
+                ShapePiece::Struct(i, inner) => {
+                    let value = self.build_shaped(py, state, learned, inner, lx, depth + 1)?;
+                    set(fields[*i].offset, value);
+                }
+                ShapePiece::ListOfOne(i, inner) => {
+                    let item = self.build_shaped(py, state, learned, inner, lx, depth + 2)?;
+                    // SAFETY: creating a list with the GIL held; it takes the item.
+                    let list = Owned::new(unsafe { ffi::PyList_New(1) })?;
+                    unsafe { ffi::PyList_SetItem(list.0, 0, item.into_raw()) };
+                    set(fields[*i].offset, list);
                 }
             }
         }
-        if pos != payload.len() {
-            return None;
-        }
-        for (offset, kept) in &shape.kept {
+        for (offset, kept) in &object.kept {
             // SAFETY: creating objects with the GIL held.
             let value = match kept {
                 Kept::Object(v) => new_ref(v.as_ptr()),
                 Kept::List => Owned::new(unsafe { ffi::PyList_New(0) })?,
                 Kept::Dict => Owned::new(unsafe { ffi::PyDict_New() })?,
             };
-            // SAFETY: as above.
-            unsafe {
-                *base.add(*offset).cast::<*mut ffi::PyObject>() = value.into_raw();
-            }
+            set(*offset, value);
         }
-        self.fill_defaults(base, fields, shape.present)?;
+        self.fill_defaults(base, fields, object.present)?;
         Some(obj)
     }
 
@@ -462,94 +476,171 @@ impl Schema {
     /// never hit are learned less and less often (a stream whose events keep changing shape).
     fn learn(&self, py: Python<'_>, state: &mut State, payload: &[u8], index: usize, obj: &Owned) {
         let shape = &mut state.shape;
-        if !shape.pieces.is_empty() {
+        if !shape.root.pieces.is_empty() {
             shape.barren = if shape.hits == 0 {
                 shape.barren.saturating_add(1)
             } else {
                 0
             };
-            shape.pieces.clear();
+            shape.root = ObjectShape::default();
         }
         shape.misses = shape.misses.wrapping_add(1);
         if shape.barren < 8 || shape.misses % 32 == 0 {
             shape.misses = 0;
             shape.hits = 0;
-            if self.cut(py, shape, payload, index, obj).is_none() {
-                shape.pieces.clear();
+            let (old, new) = (&shape.previous[..], payload);
+            let cut = Cut { py, old, new };
+            if let Some(root) = self.cut(&cut, 0..old.len(), 0..new.len(), index, obj.0, 0) {
+                shape.root = root;
+                shape.learned.clear();
+                shape.learned.extend_from_slice(payload);
             }
         }
         shape.previous.clear();
         shape.previous.extend_from_slice(payload);
     }
 
-    /// Cuts `payload` into the pieces of a shape: the members whose bytes equal those of the
-    /// previous payload (same keys, in the same order, with the same bytes between them) are
-    /// fixed, the others are holes.
+    /// Cuts the object at `new_at` of the new payload (built as `obj`, a Struct `index`) into
+    /// the pieces of a shape, against the object at `old_at` of the previous payload: the
+    /// members whose bytes are equal in both (same keys in the same order, same bytes between
+    /// them) are fixed; a member that differs is a hole, or a nested shape when it holds a
+    /// Struct (or a list of one) in both.
     fn cut(
         &self,
-        py: Python<'_>,
-        shape: &mut Shape,
-        payload: &[u8],
+        c: &Cut<'_, '_>,
+        old_at: std::ops::Range<usize>,
+        new_at: std::ops::Range<usize>,
         index: usize,
-        obj: &Owned,
-    ) -> Option<()> {
-        shape.pieces.clear();
-        shape.kept.clear();
-        shape.present = 0;
+        obj: *mut ffi::PyObject,
+        depth: usize,
+    ) -> Option<ObjectShape> {
         let fields = self.structs[index].fields.as_deref()?;
-        let before = members(&shape.previous)?;
-        let now = members(payload)?;
-        if before.len() != now.len() || before.is_empty() {
+        let before = members(c.old, old_at.clone())?;
+        let now = members(c.new, new_at.clone())?;
+        if before.len() != now.len() || now.is_empty() {
             return None;
         }
-        let (old, new) = (&shape.previous[..], payload);
-        let (mut old_from, mut new_from, mut fixed_from) = (0, 0, 0);
+        let mut shape = ObjectShape {
+            index,
+            ..ObjectShape::default()
+        };
+        let (mut old_from, mut new_from, mut fixed_from) =
+            (old_at.start, new_at.start, new_at.start);
         for (b, n) in before.iter().zip(&now) {
-            if !same(&old[old_from..b.value.start], &new[new_from..n.value.start]) {
+            if !same(
+                &c.old[old_from..b.value.start],
+                &c.new[new_from..n.value.start],
+            ) {
                 return None;
             }
-            let (old_value, new_value) = (&old[b.value.clone()], &new[n.value.clone()]);
-            let key = &new[n.key.clone()];
+            let equal = same(&c.old[b.value.clone()], &c.new[n.value.clone()]);
+            let key = &c.new[n.key.clone()];
             let field = fields.iter().position(|f| same(&f.json, key));
-            let equal = same(old_value, new_value);
-            if let Some(i) = field {
-                shape.present |= 1u64 << i;
-            } else if self.tag_field.as_deref() == Some(key) && old_from == 0 && !equal {
-                return None; // another tag: another class
-            }
-            let kept = match field {
-                // SAFETY: the field's slot in the complete instance `obj`: a valid reference.
-                Some(i) if equal => kept(py, unsafe {
-                    *obj.0
-                        .cast::<u8>()
-                        .add(fields[i].offset)
-                        .cast::<*mut ffi::PyObject>()
-                }),
-                _ => None,
+            // SAFETY: the field's slot in the complete instance `obj`: a valid reference.
+            let slot = |i: usize| unsafe {
+                *obj.cast::<u8>()
+                    .add(fields[i].offset)
+                    .cast::<*mut ffi::PyObject>()
             };
-            match (kept, field) {
-                (Some(kept), Some(i)) => shape.kept.push((fields[i].offset, kept)),
-                (None, _) if equal && field.is_none() => {}
-                (None, field) => {
-                    push_fixed(&mut shape.pieces, fixed_from, n.value.start)?;
-                    shape
-                        .pieces
-                        .push(field.map_or(ShapePiece::Skip, ShapePiece::Field));
-                    fixed_from = n.value.end;
+            let piece = match field {
+                None if self.tag_field.as_deref() == Some(key) && depth == 0 && !equal => {
+                    return None; // another tag: another class
                 }
-                (Some(_), None) => unreachable!("kept values are those of fields"),
+                None if equal => None,
+                None => Some(ShapePiece::Skip),
+                Some(i) => {
+                    shape.present |= 1u64 << i;
+                    let kept = if equal { kept(c.py, slot(i)) } else { None };
+                    match kept {
+                        Some(kept) => {
+                            shape.kept.push((fields[i].offset, kept));
+                            None
+                        }
+                        None => Some(self.nested(c, b, n, &fields[i].node, i, slot(i), depth)),
+                    }
+                }
+            };
+            if let Some(piece) = piece {
+                let (start, end) = match &piece {
+                    // A nested shape's own pieces cover its object's bytes; the list's brackets
+                    // (and any spaces inside them) stay in this object's fixed pieces.
+                    ShapePiece::Struct(_, inner) | ShapePiece::ListOfOne(_, inner) => {
+                        (inner.from, inner.to)
+                    }
+                    _ => (n.value.start, n.value.end),
+                };
+                push_fixed(&mut shape.pieces, fixed_from, start)?;
+                shape.pieces.push(piece);
+                fixed_from = end;
             }
             old_from = b.value.end;
             new_from = n.value.end;
         }
-        if !same(&old[old_from..], &new[new_from..]) {
+        if !same(&c.old[old_from..old_at.end], &c.new[new_from..new_at.end]) {
             return None;
         }
-        push_fixed(&mut shape.pieces, fixed_from, new.len())?;
-        shape.index = index;
-        shape.learned.clear();
-        shape.learned.extend_from_slice(payload);
-        Some(())
+        push_fixed(&mut shape.pieces, fixed_from, new_at.end)?;
+        shape.from = new_at.start;
+        shape.to = new_at.end;
+        Some(shape)
+    }
+
+    /// The piece for field `i`, whose value differs between the two payloads: a nested shape
+    /// when it is a Struct (or a list of exactly one Struct) in both and those cut into one,
+    /// else a hole.
+    #[allow(clippy::too_many_arguments)]
+    fn nested(
+        &self,
+        c: &Cut<'_, '_>,
+        b: &Member,
+        n: &Member,
+        node: &Node,
+        i: usize,
+        value: *mut ffi::PyObject,
+        depth: usize,
+    ) -> ShapePiece {
+        let hole = ShapePiece::Field(i);
+        if depth + 2 >= MAX_DEPTH {
+            return hole;
+        }
+        let (old_first, new_first) = (c.old[b.value.start], c.new[n.value.start]);
+        if old_first == b'{' && new_first == b'{' && node.mask & STRUCT != 0 {
+            return self
+                .cut(
+                    c,
+                    b.value.clone(),
+                    n.value.clone(),
+                    node.strukt,
+                    value,
+                    depth + 1,
+                )
+                .map_or(hole, |inner| ShapePiece::Struct(i, Box::new(inner)));
+        }
+        let item_node = node.item.as_deref();
+        if old_first == b'[' && new_first == b'[' && node.mask & LIST != 0 {
+            let (Some(old_item), Some(new_item), Some(item_node)) = (
+                only_object(c.old, b.value.clone()),
+                only_object(c.new, n.value.clone()),
+                item_node,
+            ) else {
+                return hole;
+            };
+            if item_node.mask & STRUCT == 0 {
+                return hole;
+            }
+            // SAFETY: `value` is the list the member-by-member path built from this member,
+            // of one item (a borrowed reference); read with the GIL held.
+            let item = unsafe {
+                if ffi::PyList_Size(value) != 1 {
+                    return hole;
+                }
+                ffi::PyList_GetItem(value, 0)
+            };
+            return self
+                .cut(c, old_item, new_item, item_node.strukt, item, depth + 2)
+                .map_or(hole, |inner| ShapePiece::ListOfOne(i, Box::new(inner)));
+        }
+        hole
     }
 
     /// Fills the fields not in `present` with their defaults (None: one is required).
@@ -741,14 +832,8 @@ impl Schema {
 /// member by member.
 #[derive(Default)]
 struct Shape {
-    /// The Struct the shape builds.
-    index: usize,
     learned: Vec<u8>,
-    pieces: Vec<ShapePiece>,
-    /// Fixed fields: slot offset and value.
-    kept: Vec<(usize, Kept)>,
-    /// The fields the shape sets (the others take their defaults).
-    present: u64,
+    root: ObjectShape,
     hits: u32,
     /// Shapes learned in a row that never hit.
     barren: u32,
@@ -757,7 +842,21 @@ struct Shape {
     previous: Vec<u8>,
 }
 
-#[derive(Clone, Copy)]
+/// The shape of one object of the learned payload (the top-level one, or one nested in it).
+#[derive(Default)]
+struct ObjectShape {
+    /// The Struct it builds.
+    index: usize,
+    /// Its bytes in the learned payload, which its pieces cover.
+    from: usize,
+    to: usize,
+    pieces: Vec<ShapePiece>,
+    /// Fixed fields: slot offset and value.
+    kept: Vec<(usize, Kept)>,
+    /// The fields it sets (the others take their defaults).
+    present: u64,
+}
+
 enum ShapePiece {
     /// Bytes `start..end` of the learned payload.
     Fixed { start: u32, end: u32 },
@@ -765,6 +864,17 @@ enum ShapePiece {
     Field(usize),
     /// An unknown member's value, validated and skipped.
     Skip,
+    /// Field `i` holds a Struct built by a nested shape.
+    Struct(usize, Box<ObjectShape>),
+    /// Field `i` holds a list of one Struct, built by a nested shape.
+    ListOfOne(usize, Box<ObjectShape>),
+}
+
+/// The two payloads a shape is cut from.
+struct Cut<'py, 'p> {
+    py: Python<'py>,
+    old: &'p [u8],
+    new: &'p [u8],
 }
 
 enum Kept {
@@ -815,9 +925,11 @@ struct Member {
     value: std::ops::Range<usize>,
 }
 
-/// The members of the JSON object `payload` (None if it is not one the lexer accepts).
-fn members(payload: &[u8]) -> Option<Vec<Member>> {
-    let mut lx = Lexer::new(payload);
+/// The members of the JSON object at `at` in `payload` (None if it is not one the lexer
+/// accepts, or does not fill `at`).
+fn members(payload: &[u8], at: std::ops::Range<usize>) -> Option<Vec<Member>> {
+    let mut lx = Lexer::new(payload.get(..at.end)?);
+    lx.seek(at.start);
     if !lx.eat(b'{') {
         return None;
     }
@@ -849,6 +961,19 @@ fn members(payload: &[u8]) -> Option<Vec<Member>> {
         return None;
     }
     lx.at_end().then_some(out)
+}
+
+/// Where the one object of the JSON array at `at` lies, if the array holds exactly one object.
+fn only_object(payload: &[u8], at: std::ops::Range<usize>) -> Option<std::ops::Range<usize>> {
+    let mut lx = Lexer::new(payload.get(..at.end)?);
+    lx.seek(at.start);
+    if !lx.eat(b'[') || lx.peek()? != b'{' {
+        return None;
+    }
+    let from = lx.position();
+    lx.skip_value(1)?;
+    let to = lx.position();
+    (lx.eat(b']') && lx.at_end()).then_some(from..to)
 }
 
 /// An int of `n`, reusing the cached one when the field repeats its previous value (CPython
