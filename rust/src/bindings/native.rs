@@ -94,14 +94,19 @@ pub(crate) struct Schema {
     small_ints: Vec<Py<PyAny>>,
 }
 
-/// A decoder's own state: a scratch buffer for unescaping and the strings kept for reuse.
+/// A decoder's own state: its working buffers and caches, and the shape of its events.
 pub(crate) struct State {
+    work: Work,
+    shape: Shape,
+}
+
+/// A scratch buffer for unescaping and the strings kept for reuse.
+struct Work {
     scratch: Vec<u8>,
     cache: Vec<Cached>,
     ints: Vec<CachedInt>,
     last_tag: Vec<u8>,
     last_struct: usize,
-    shape: Shape,
 }
 
 #[derive(Default)]
@@ -316,11 +321,13 @@ impl Schema {
 
     pub(crate) fn state(&self) -> State {
         State {
-            scratch: Vec::new(),
-            cache: (0..self.caches).map(|_| Cached::default()).collect(),
-            ints: (0..self.int_caches).map(|_| CachedInt::default()).collect(),
-            last_tag: Vec::new(),
-            last_struct: usize::MAX,
+            work: Work {
+                scratch: Vec::new(),
+                cache: (0..self.caches).map(|_| Cached::default()).collect(),
+                ints: (0..self.int_caches).map(|_| CachedInt::default()).collect(),
+                last_tag: Vec::new(),
+                last_struct: usize::MAX,
+            },
             shape: Shape::default(),
         }
     }
@@ -332,18 +339,16 @@ impl Schema {
         state: &mut State,
         payload: &[u8],
     ) -> Option<Bound<'py, PyAny>> {
-        if !state.shape.root.pieces.is_empty() {
-            let shape = std::mem::take(&mut state.shape);
-            let obj = self.shaped(py, state, &shape, payload);
-            state.shape = shape;
-            if let Some(obj) = obj {
-                state.shape.hits += 1;
+        let State { work, shape } = state;
+        if !shape.root.pieces.is_empty() {
+            if let Some(obj) = self.shaped(py, work, shape, payload) {
+                shape.hits += 1;
                 // SAFETY: `obj` is an owned reference to a complete object.
                 return Some(unsafe { Bound::from_owned_ptr(py, obj.into_raw()) });
             }
         }
-        let (obj, index) = self.decode_member_by_member(py, state, payload)?;
-        self.learn(py, state, payload, index, &obj);
+        let (obj, index) = self.decode_member_by_member(py, work, payload)?;
+        self.learn(py, shape, payload, index, &obj);
         // SAFETY: `obj` is an owned reference to a complete object.
         Some(unsafe { Bound::from_owned_ptr(py, obj.into_raw()) })
     }
@@ -352,7 +357,7 @@ impl Schema {
     fn decode_member_by_member(
         &self,
         py: Python<'_>,
-        state: &mut State,
+        state: &mut Work,
         payload: &[u8],
     ) -> Option<(Owned, usize)> {
         let mut lx = Lexer::new(payload);
@@ -391,7 +396,7 @@ impl Schema {
     fn shaped(
         &self,
         py: Python<'_>,
-        state: &mut State,
+        state: &mut Work,
         shape: &Shape,
         payload: &[u8],
     ) -> Option<Owned> {
@@ -414,7 +419,7 @@ impl Schema {
     fn build_shaped(
         &self,
         py: Python<'_>,
-        state: &mut State,
+        state: &mut Work,
         learned: &[u8],
         object: &ObjectShape,
         lx: &mut Lexer<'_>,
@@ -474,8 +479,7 @@ impl Schema {
     /// After `payload` was decoded member by member into `obj` (a Struct `index`): learns the
     /// shape it shares with the payload decoded before it, if any (see [`Shape`]). Shapes that
     /// never hit are learned less and less often (a stream whose events keep changing shape).
-    fn learn(&self, py: Python<'_>, state: &mut State, payload: &[u8], index: usize, obj: &Owned) {
-        let shape = &mut state.shape;
+    fn learn(&self, py: Python<'_>, shape: &mut Shape, payload: &[u8], index: usize, obj: &Owned) {
         if !shape.root.pieces.is_empty() {
             shape.barren = if shape.hits == 0 {
                 shape.barren.saturating_add(1)
@@ -670,7 +674,7 @@ impl Schema {
         &self,
         py: Python<'_>,
         lx: &mut Lexer<'_>,
-        state: &mut State,
+        state: &mut Work,
         index: usize,
         first: bool,
         depth: usize,
@@ -743,7 +747,7 @@ impl Schema {
         &self,
         py: Python<'_>,
         lx: &mut Lexer<'_>,
-        state: &mut State,
+        state: &mut Work,
         node: &Node,
         depth: usize,
     ) -> Option<Owned> {
@@ -754,7 +758,7 @@ impl Schema {
         // SAFETY (every FFI call below): creating objects with the GIL held.
         match lx.peek()? {
             b'"' if mask & STR != 0 => {
-                let State { scratch, cache, .. } = state;
+                let Work { scratch, cache, .. } = state;
                 let text = lx.string(scratch)?;
                 string(py, text, &mut cache[node.cache])
             }
