@@ -45,14 +45,13 @@
 
 use std::borrow::Cow;
 
-use serde::ser::{SerializeMap, Serializer};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use super::{
-    error_warning, is_done_marker, parse_event, raw_object, AccumulateError, RawEntries, Rejected,
-    Str, TextCap, DEFAULT_TEXT_CAP,
+    error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError, RawEntries,
+    Rejected, Str, TextCap, DEFAULT_TEXT_CAP,
 };
 
 /// The chunk fields read on every chunk; the first chunk is also parsed whole.
@@ -257,16 +256,13 @@ impl ChatAccumulator {
     pub fn snapshot_json(&self) -> Option<Vec<u8>> {
         let completion = self.completion.as_ref()?;
         let mut out = Vec::with_capacity(256);
-        let mut ser = serde_json::Serializer::new(&mut out);
-        let mut map = ser.serialize_map(Some(completion.len())).ok()?;
-        for (key, value) in completion {
+        json::write_entries(&mut out, completion, |out, key, value| {
             if key == "choices" {
-                map.serialize_entry(key, &self.choices).ok()?;
+                json::write_objects(out, &self.choices);
             } else {
-                map.serialize_entry(key, value).ok()?;
+                json::write_value(out, value);
             }
-        }
-        map.end().ok()?;
+        });
         Some(out)
     }
 

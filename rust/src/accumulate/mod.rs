@@ -51,6 +51,7 @@ use serde_json::{Map, Value};
 
 mod chat;
 mod fast;
+mod json;
 pub(crate) use fast::Shape;
 mod realtime;
 mod responses;

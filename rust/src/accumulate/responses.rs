@@ -48,13 +48,12 @@
 //! the base is `{"id": "", "object": "response", "status": "in_progress", "output": [...]}`.
 //! Before that (or with only unknown events) there is no snapshot.
 
-use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    apply_part, apply_text, event_error_warning, part_mut, read_stream_event, AccumulateError,
-    Flavor, ItemKind, ItemStore, Shape, StreamEvent, TextAt, TextCap, TextSpec, TextTarget,
-    DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
+    apply_part, apply_text, event_error_warning, json, part_mut, read_stream_event,
+    AccumulateError, Flavor, ItemKind, ItemStore, Shape, StreamEvent, TextAt, TextCap, TextSpec,
+    TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const OUTPUT_TEXT: TextSpec = TextSpec {
@@ -555,16 +554,13 @@ impl ResponseAccumulator {
             None => return None,
         };
         let mut out = Vec::with_capacity(256);
-        let mut ser = serde_json::Serializer::new(&mut out);
-        let mut map = ser.serialize_map(Some(base.len())).ok()?;
-        for (key, value) in base {
+        json::write_entries(&mut out, base, |out, key, value| {
             if key == "output" {
-                map.serialize_entry(key, self.items.items()).ok()?;
+                json::write_objects(out, self.items.items());
             } else {
-                map.serialize_entry(key, value).ok()?;
+                json::write_value(out, value);
             }
-        }
-        map.end().ok()?;
+        });
         Some(out)
     }
 

@@ -1,0 +1,226 @@
+//! JSON text of the accumulated objects, byte for byte what `serde_json::to_vec` writes, with
+//! strings escaped sixteen bytes at a time.
+//!
+//! A snapshot is mostly its texts (tens of kilobytes for a long answer); serde_json escapes a
+//! string byte by byte, which made writing them the larger part of taking a snapshot. Only
+//! strings are written differently: numbers go through serde_json itself.
+
+use serde_json::{Map, Value};
+
+/// Appends `value` as compact JSON.
+pub(crate) fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => {
+            // Writing into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *out, n);
+        }
+        Value::String(s) => write_str(out, s),
+        Value::Array(items) => write_array(out, items),
+        Value::Object(map) => write_object(out, map.iter()),
+    }
+}
+
+/// Appends a JSON array of `items`.
+pub(crate) fn write_array<'v, I>(out: &mut Vec<u8>, items: I)
+where
+    I: IntoIterator<Item = &'v Value>,
+{
+    out.push(b'[');
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_value(out, item);
+    }
+    out.push(b']');
+}
+
+/// Appends a JSON object of `entries`, in their order.
+pub(crate) fn write_object<'v, I>(out: &mut Vec<u8>, entries: I)
+where
+    I: IntoIterator<Item = (&'v String, &'v Value)>,
+{
+    write_entries(out, entries, |out, _, value| write_value(out, value));
+}
+
+/// Appends a JSON object of `entries`, each value written by `write` (given its key).
+pub(crate) fn write_entries<'v, V: 'v, I, F>(out: &mut Vec<u8>, entries: I, mut write: F)
+where
+    I: IntoIterator<Item = (&'v String, &'v V)>,
+    F: FnMut(&mut Vec<u8>, &str, &V),
+{
+    out.push(b'{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, key);
+        out.push(b':');
+        write(out, key, value);
+    }
+    out.push(b'}');
+}
+
+/// Appends a list of objects (the items of a response, the choices of a completion).
+pub(crate) fn write_objects(out: &mut Vec<u8>, objects: &[Map<String, Value>]) {
+    out.push(b'[');
+    for (i, object) in objects.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_object(out, object.iter());
+    }
+    out.push(b']');
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes: `"` and `\` with a backslash,
+/// the control characters `\b \t \n \f \r` by name and the others as `\u00XX` (lowercase);
+/// everything else (DEL and non-ASCII included) as it is.
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut from = 0;
+    while let Some(at) = needs_escape(bytes, from) {
+        out.extend_from_slice(&bytes[from..at]);
+        escape(out, bytes[at]);
+        from = at + 1;
+    }
+    out.extend_from_slice(&bytes[from..]);
+    out.push(b'"');
+}
+
+fn escape(out: &mut Vec<u8>, byte: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    match byte {
+        b'"' => out.extend_from_slice(b"\\\""),
+        b'\\' => out.extend_from_slice(b"\\\\"),
+        b'\n' => out.extend_from_slice(b"\\n"),
+        b'\r' => out.extend_from_slice(b"\\r"),
+        b'\t' => out.extend_from_slice(b"\\t"),
+        0x08 => out.extend_from_slice(b"\\b"),
+        0x0c => out.extend_from_slice(b"\\f"),
+        _ => out.extend_from_slice(&[
+            b'\\',
+            b'u',
+            b'0',
+            b'0',
+            HEX[usize::from(byte >> 4)],
+            HEX[usize::from(byte & 0xf)],
+        ]),
+    }
+}
+
+/// The first byte at or after `from` that needs an escape: `"`, `\` or one below 0x20.
+#[inline]
+fn needs_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8,
+            _mm_or_si128, _mm_set1_epi8,
+        };
+        // SAFETY: SSE2 is in the x86-64 baseline; each load reads the 16 bytes at `i`, inside
+        // `bytes` (`i + 16 <= bytes.len()`), unaligned loads allowed.
+        unsafe {
+            let quote = _mm_set1_epi8(b'"' as i8);
+            let backslash = _mm_set1_epi8(b'\\' as i8);
+            let control = _mm_set1_epi8(0x1f);
+            while i + 16 <= bytes.len() {
+                let v = _mm_loadu_si128(bytes.as_ptr().add(i).cast::<__m128i>());
+                let hits = _mm_or_si128(
+                    _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                    _mm_cmpeq_epi8(_mm_min_epu8(v, control), v),
+                );
+                let mask = _mm_movemask_epi8(hits) as u32;
+                if mask != 0 {
+                    return Some(i + mask.trailing_zeros() as usize);
+                }
+                i += 16;
+            }
+        }
+    }
+    bytes[i..]
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .map(|p| i + p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(value: &Value) {
+        let mut ours = Vec::new();
+        write_value(&mut ours, value);
+        assert_eq!(
+            String::from_utf8(ours).unwrap(),
+            serde_json::to_string(value).unwrap()
+        );
+    }
+
+    #[test]
+    fn every_byte_is_written_as_serde_writes_it() {
+        for byte in 0u8..0x80 {
+            for len in [0, 1, 15, 16, 17, 40] {
+                for at in 0..=len {
+                    let mut s = "é".repeat(len / 2) + &"a".repeat(len - len / 2);
+                    let byte_at = at.min(s.len());
+                    let byte_at = (0..=byte_at)
+                        .rev()
+                        .find(|&i| s.is_char_boundary(i))
+                        .unwrap();
+                    s.insert(byte_at, char::from(byte));
+                    check(&Value::String(s));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn values_are_written_as_serde_writes_them() {
+        let values = serde_json::json!({
+            "a": [null, true, false, 0, -1, 18446744073709551615u64, -9223372036854775808i64,
+                  1.5, -2.5e-300, 1e300, 0.1],
+            "nested": {"k\"ey\n": {"x": [[], {}, [{"y": "\u{1}\u{1f}\u{7f}\u{80}\u{10ffff}"}]]}},
+            "": ""
+        });
+        check(&values);
+        for text in [
+            "",
+            "\"",
+            "\\",
+            "a\"b\\c\nd\re\tf\u{8}g\u{c}h",
+            "\u{0}\u{10}\u{1b}",
+        ] {
+            check(&Value::String(text.to_owned()));
+        }
+    }
+
+    #[test]
+    fn corpus_objects_are_written_as_serde_writes_them() {
+        let mut files = vec![crate::accumulate::corpus_dir("")];
+        let mut written = 0;
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            for line in text.lines() {
+                let json = line.strip_prefix("data:").unwrap_or(line).trim();
+                if let Ok(value) = serde_json::from_str::<Value>(json) {
+                    check(&value);
+                    written += 1;
+                }
+            }
+        }
+        assert!(written > 1000, "{written}");
+    }
+}
