@@ -113,6 +113,11 @@ pub(crate) struct Shape {
     ints: Vec<(u8, u64)>,
     /// Hits since the shape was learned.
     hits: u32,
+    /// Changes whenever the shape does (learned anew or dropped).
+    generation: u64,
+    /// The fields that place a delta (type, item id, the output, content and summary
+    /// indices) are all fixed: every hit places its delta where the learned event did.
+    keyed: bool,
     /// Shapes learned in a row that never hit (events whose shape keeps changing).
     barren: u32,
     /// Misses since the last learning.
@@ -123,6 +128,22 @@ impl Shape {
     /// Whether a shape is learned (else every payload misses).
     pub(crate) fn is_learned(&self) -> bool {
         !self.pieces.is_empty()
+    }
+
+    /// The shape's identity: two payloads read through the same generation of a keyed shape
+    /// have equal fixed fields.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether every field that places a delta is fixed (see [`Shape::keyed`]).
+    pub(crate) fn is_keyed(&self) -> bool {
+        self.keyed
+    }
+
+    /// Hits so far of this generation.
+    pub(crate) fn hits(&self) -> u32 {
+        self.hits
     }
 
     /// Reads `payload` into `ev` (a default one) if it has this shape; false on a miss, which
@@ -183,10 +204,12 @@ impl Shape {
         self.misses = self.misses.wrapping_add(1);
         if self.barren >= 8 && self.misses % 32 != 0 {
             self.pieces.clear();
+            self.generation += 1;
             return;
         }
         self.misses = 0;
         self.hits = 0;
+        self.generation += 1;
         if self.learn(payload).is_none() {
             self.pieces.clear();
         }
@@ -196,6 +219,7 @@ impl Shape {
         self.pieces.clear();
         self.strs.clear();
         self.ints.clear();
+        self.keyed = true;
         let mut r = Reader::checked(payload)?;
         let mut fixed_from = 0;
         r.skip_spaces();
@@ -219,6 +243,7 @@ impl Shape {
                     let value = r.string()?;
                     // Texts change from event to event; so does anything escaped.
                     if matches!(n, 3..=8) || matches!(value, Cow::Owned(_)) {
+                        self.keyed &= !matches!(n, 0 | 1);
                         Some(Piece::Str(n as u8))
                     } else {
                         let piece = u8::try_from(self.pieces.len()).ok()?;

@@ -177,6 +177,9 @@ pub struct ResponseAccumulator {
     events: u64,
     /// The shape of recent payloads, to read the next ones faster.
     shape: Shape,
+    /// The shape generation and event count of the last delta that went into the open run
+    /// through a keyed shape (see [`ResponseAccumulator::add_json`]).
+    shape_run: Option<(u64, u64)>,
     run: DeltaRun,
     cap: TextCap,
 }
@@ -295,6 +298,7 @@ impl ResponseAccumulator {
             unknown_events: 0,
             events: 0,
             shape: Shape::default(),
+            shape_run: None,
             run: DeltaRun::default(),
             cap: TextCap::new(limit),
         }
@@ -311,8 +315,13 @@ impl ResponseAccumulator {
     }
 
     /// One event's JSON payload (the SSE `data`). Dispatches on the JSON `type`.
+    ///
+    /// A delta read through a keyed shape (its type, item id and indices byte for byte those
+    /// of the delta before it, see `fast::Shape`) right after a delta of that shape went into
+    /// the open run continues the run: it is appended without the lookups.
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         let mut ev = StreamEvent::default();
+        let before = (self.shape.generation(), self.shape.hits());
         let (shape, events, unknown, warnings) = (
             &mut self.shape,
             &mut self.events,
@@ -330,7 +339,27 @@ impl ResponseAccumulator {
         )? {
             return Ok(());
         }
-        self.add_event(&ev)
+        // Read through the shape (not learned from this payload), and a keyed one.
+        let generation = self.shape.generation();
+        let shaped =
+            (generation == before.0 && self.shape.hits() > before.1 && self.shape.is_keyed())
+                .then_some(generation);
+        if let (Some(generation), Some(delta)) = (shaped, &ev.delta) {
+            if self.shape_run == Some((generation, self.events)) {
+                if let Some(result) = self.continue_run(&delta.0, ev.sequence_number) {
+                    self.shape_run = Some((generation, self.events));
+                    return result;
+                }
+            }
+        }
+        let result = self.add_event(&ev);
+        self.shape_run = match shaped {
+            Some(generation) if ev.delta.is_some() && self.run_is_open() && result.is_ok() => {
+                Some((generation, self.events))
+            }
+            _ => None,
+        };
+        result
     }
 
     /// One event already read (by [`add_json`](Self::add_json), or field by field from a
@@ -363,6 +392,28 @@ impl ResponseAccumulator {
         self.sequence(text.sequence_number);
         self.append_to_run(text.text);
         self.cap.check(self.events - 1)
+    }
+
+    /// Whether deltas are being gathered into a run (the last event was a text delta whose
+    /// text went into it).
+    pub(crate) fn run_is_open(&self) -> bool {
+        self.run.key.is_some()
+    }
+
+    /// A delta known (by the caller) to be of the kind, item and indices of the delta added just
+    /// before it, with no event in between: the same as [`add_text_event`](Self::add_text_event)
+    /// of it, given only its text and sequence number. None when no run is open (after a
+    /// snapshot, say): then the caller adds it the usual way.
+    pub(crate) fn continue_run(
+        &mut self,
+        delta: &str,
+        sequence_number: Option<u64>,
+    ) -> Option<Result<(), AccumulateError>> {
+        self.run.key.as_ref()?;
+        self.events += 1;
+        self.sequence(sequence_number);
+        self.append_to_run(delta);
+        Some(self.cap.check(self.events - 1))
     }
 
     /// Appends a delta that continues the run, unless the text cap refuses it.

@@ -103,12 +103,18 @@ impl AddTyped for ResponseAccumulator {
     /// JSON round trip either way, and the same result (the JSON way stays for what the walk
     /// declines: unknown and invalid events, odd values).
     fn add_typed(&mut self, classes: &mut TextClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
-        if let Some(class) = classes.get(event) {
+        let events = self.events();
+        let TextClasses { table, memo } = classes;
+        if let Some(class) = table.get(event) {
+            if let Some(result) = memo.continue_run(self, event, class, events) {
+                return result.map_err(|err| text_too_large(event.py(), &err));
+            }
             if let Some(text) = read_text(event, class) {
-                return match self.add_text_event(&text) {
-                    Ok(()) => Ok(()),
-                    Err(err) => Err(text_too_large(event.py(), &err)),
-                };
+                let result = self.add_text_event(&text);
+                if result.is_ok() && text.field == "delta" && self.run_is_open() {
+                    memo.remember(event, class, self.events());
+                }
+                return result.map_err(|err| text_too_large(event.py(), &err));
             }
         }
         // Any other schema event as its JSON would parse, walked off the Struct (no encoding,
@@ -159,11 +165,82 @@ impl TextClass {
 /// object's address; the classes are kept alive here, so an address is never reused.
 #[derive(Default)]
 struct TextClasses {
+    table: ClassTable,
+    memo: RunMemo,
+}
+
+#[derive(Default)]
+struct ClassTable {
     seen: Vec<(Py<PyType>, Option<TextClass>)>,
     last: usize,
 }
 
-impl TextClasses {
+/// The last text delta that went into the open run, by identity: its class, the very objects
+/// its item id and indices held (kept alive here, so no other object can take their address)
+/// and the accumulator's event count after it. A next delta of that class holding the same
+/// objects, with no event in between, continues the run: only its text and sequence number are
+/// read, and none of its fields are decoded or compared by value. (The Struct builder hands out
+/// the same objects for the fields that repeat, so this is the usual case.)
+#[derive(Default)]
+struct RunMemo {
+    class: usize,
+    /// The objects of [`TEXT_EVENT_FIELDS`] but the sequence number (None: no such slot).
+    fields: [Option<Py<PyAny>>; 4],
+    events: u64,
+}
+
+impl RunMemo {
+    fn remember(&mut self, event: &Bound<'_, PyAny>, class: &TextClass, events: u64) {
+        // SAFETY: `class` is the one of `event`'s exact class (from `TextClasses::get`).
+        let read = |slot: &Option<Slot>| {
+            slot.as_ref()
+                .and_then(|slot| unsafe { slot.read(event) })
+                .map(|value| value.to_owned().unbind())
+        };
+        self.class = unsafe { pyo3::ffi::Py_TYPE(event.as_ptr()) } as usize;
+        for (kept, slot) in self.fields.iter_mut().zip(&class.fields) {
+            *kept = read(slot);
+        }
+        self.events = events;
+    }
+
+    /// The run continued by `event`, if it is a delta like the remembered one, right after it
+    /// (see [`RunMemo`]); None to add it the usual way.
+    fn continue_run(
+        &mut self,
+        acc: &mut ResponseAccumulator,
+        event: &Bound<'_, PyAny>,
+        class: &TextClass,
+        events: u64,
+    ) -> Option<Result<(), AccumulateError>> {
+        if events != self.events
+            || unsafe { pyo3::ffi::Py_TYPE(event.as_ptr()) } as usize != self.class
+        {
+            return None;
+        }
+        // SAFETY: as in `remember`.
+        let read = |slot: &Slot| unsafe { slot.read(event) };
+        for (kept, slot) in self.fields.iter().zip(&class.fields) {
+            let now = slot
+                .as_ref()
+                .and_then(|slot| read(slot))
+                .map(|v| v.as_ptr());
+            if now != kept.as_ref().map(|k| k.as_ptr()) {
+                return None;
+            }
+        }
+        let text = exact_str(read(&class.text)?)?;
+        let sequence = match &class.fields[4] {
+            Some(slot) => optional_index(read(slot)?)?,
+            None => None,
+        };
+        let result = acc.continue_run(text, sequence)?;
+        self.events = acc.events();
+        Some(result)
+    }
+}
+
+impl ClassTable {
     fn get(&mut self, event: &Bound<'_, PyAny>) -> Option<&TextClass> {
         let cls = unsafe { pyo3::ffi::Py_TYPE(event.as_ptr()) };
         let hit = |c: &Py<PyType>| c.as_ptr().cast() == cls;
