@@ -223,7 +223,7 @@ impl RunMemo {
         for (kept, slot) in self.fields.iter().zip(&class.fields) {
             let now = slot
                 .as_ref()
-                .and_then(|slot| read(slot))
+                .and_then(&read)
                 .map(|v| v.as_ptr());
             if now != kept.as_ref().map(|k| k.as_ptr()) {
                 return None;
