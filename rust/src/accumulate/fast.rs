@@ -1328,22 +1328,11 @@ mod tests {
     fn shape_agrees_with_the_reader_on_the_corpus() {
         let (mut events, mut hits) = (0, 0);
         for kind in ["responses", "realtime"] {
-            let mut files = vec![crate::accumulate::corpus_dir(kind)];
-            while let Some(path) = files.pop() {
-                if path.is_dir() {
-                    files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-                    continue;
-                }
-                let Ok(text) = std::fs::read_to_string(&path) else {
-                    continue;
-                };
+            for lines in crate::accumulate::corpus_lines(kind) {
                 let mut shape = Shape::default();
-                for line in text.lines() {
-                    let json = line.strip_prefix("data:").unwrap_or(line).trim();
-                    if json.starts_with('{') {
-                        events += 1;
-                        hits += usize::from(through_shape(&mut shape, json.as_bytes()));
-                    }
+                for json in lines.iter().filter(|json| json.starts_with('{')) {
+                    events += 1;
+                    hits += usize::from(through_shape(&mut shape, json.as_bytes()));
                 }
             }
         }
@@ -1404,19 +1393,9 @@ mod tests {
     /// Every payload of the recorded corpus (and each pretty-printed), when it is an object.
     #[test]
     fn object_agrees_with_serde_on_the_corpus() {
-        let root = crate::accumulate::corpus_dir("");
-        let mut files = vec![root];
         let mut answered = 0;
-        while let Some(path) = files.pop() {
-            if path.is_dir() {
-                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-                continue;
-            }
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
-            for line in text.lines() {
-                let json = line.strip_prefix("data:").unwrap_or(line).trim();
+        for lines in crate::accumulate::corpus_lines("") {
+            for json in &lines {
                 let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(json) else {
                     continue;
                 };

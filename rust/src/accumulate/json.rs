@@ -203,18 +203,9 @@ mod tests {
 
     #[test]
     fn corpus_objects_are_written_as_serde_writes_them() {
-        let mut files = vec![crate::accumulate::corpus_dir("")];
         let mut written = 0;
-        while let Some(path) = files.pop() {
-            if path.is_dir() {
-                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-                continue;
-            }
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
-            for line in text.lines() {
-                let json = line.strip_prefix("data:").unwrap_or(line).trim();
+        for lines in crate::accumulate::corpus_lines("") {
+            for json in &lines {
                 if let Ok(value) = serde_json::from_str::<Value>(json) {
                     check(&value);
                     written += 1;

@@ -335,6 +335,29 @@ pub(crate) fn event_error_warning(ev: &StreamEvent<'_>) -> String {
     error_warning(nested.or_else(flat).as_ref())
 }
 
+/// For the unit tests: each recording under the corpus's `kind` folder (`""`: all of it) as its
+/// lines, an SSE `data:` prefix taken off and trimmed (WebSocket recordings: a message a line).
+#[cfg(test)]
+pub(crate) fn corpus_lines(kind: &str) -> Vec<Vec<String>> {
+    let mut files = vec![corpus_dir(kind)];
+    let mut out = Vec::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        out.push(
+            text.lines()
+                .map(|line| line.strip_prefix("data:").unwrap_or(line).trim().to_owned())
+                .collect(),
+        );
+    }
+    out
+}
+
 /// For the unit tests: the recorded corpus's `kind` folder (`""`: the whole corpus), found as
 /// `rust/tests/accumulate_support` finds it for the integration tests.
 #[cfg(test)]

@@ -221,10 +221,7 @@ impl RunMemo {
         // SAFETY: as in `remember`.
         let read = |slot: &Slot| unsafe { slot.read(event) };
         for (kept, slot) in self.fields.iter().zip(&class.fields) {
-            let now = slot
-                .as_ref()
-                .and_then(&read)
-                .map(|v| v.as_ptr());
+            let now = slot.as_ref().and_then(&read).map(|v| v.as_ptr());
             if now != kept.as_ref().map(|k| k.as_ptr()) {
                 return None;
             }
