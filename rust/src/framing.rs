@@ -148,6 +148,50 @@ enum Bom {
     Done,
 }
 
+/// What bytes at an event boundary start with (see `Framer::quick`).
+enum Quick<'c> {
+    /// A whole event of the usual shape: its name, its payload and the bytes it takes.
+    Event(&'c [u8], &'c [u8], usize),
+    /// The start of one.
+    Prefix,
+    Other,
+}
+
+/// How much of a chunk is offered to [`Sink::whole`] with the start of an event held back
+/// from the chunk before: enough for a usual event (a longer one is framed the usual way).
+const OFFER: usize = 2048;
+
+/// Where a [`Framer`] sends the events it frames (a closure taking [`RawEvent`]s is one, via
+/// [`Framer::feed`]).
+pub trait Sink {
+    /// One dispatched event.
+    fn event(&mut self, event: RawEvent<'_>);
+
+    /// Offered the bytes at each event boundary where the framer would try to take a whole
+    /// event at once (no CR among them, nothing of the next event's block seen yet). A sink
+    /// that takes the event at their start itself returns how many bytes it took; it must
+    /// take exactly an event the framer would have taken whole there (an optional
+    /// `event: NAME` line, one `data: PAYLOAD` line, a blank line, no line over the size cap)
+    /// and do with it what [`Sink::event`] would have done. The framer then counts the event
+    /// as dispatched. `index` and `offset` are those the event would have been dispatched
+    /// with. The default takes nothing.
+    #[inline(always)]
+    fn whole(&mut self, rest: &[u8], index: u64, offset: u64) -> Option<usize> {
+        let _ = (rest, index, offset);
+        None
+    }
+}
+
+/// A closure as a [`Sink`].
+struct Events<F>(F);
+
+impl<F: FnMut(RawEvent<'_>)> Sink for Events<F> {
+    #[inline(always)]
+    fn event(&mut self, event: RawEvent<'_>) {
+        (self.0)(event)
+    }
+}
+
 /// Push-style SSE framer.
 #[derive(Debug)]
 pub struct Framer {
@@ -157,7 +201,7 @@ pub struct Framer {
     swallow_lf: bool,
     /// An unterminated line carried over from earlier chunks.
     line: Vec<u8>,
-    /// Or: the start of an event of the usual shape, not framed yet (see `quick_prefix`).
+    /// Or: the start of an event of the usual shape, not framed yet (see `Framer::quick`).
     tail: Vec<u8>,
     tail_offset: u64,
     line_offset: u64,
@@ -271,8 +315,17 @@ impl Framer {
     /// Feeds one chunk; `on_event` is called for every event it completes, in order.
     pub fn feed<F: FnMut(RawEvent<'_>)>(
         &mut self,
+        chunk: &[u8],
+        on_event: F,
+    ) -> Result<(), FramingError> {
+        self.feed_into(chunk, &mut Events(on_event))
+    }
+
+    /// Feeds one chunk; every event it completes goes to `sink`, in order.
+    pub fn feed_into<S: Sink>(
+        &mut self,
         mut chunk: &[u8],
-        mut on_event: F,
+        on_event: &mut S,
     ) -> Result<(), FramingError> {
         if self.poisoned {
             return Err(FramingError::Poisoned);
@@ -317,28 +370,46 @@ impl Framer {
             // The start of an event of the usual shape, held back from the previous chunk.
             let mut tail = std::mem::take(&mut self.tail);
             let tail_offset = self.tail_offset;
-            match if quick { event_end(&tail, chunk) } else { None } {
-                Some(end) => {
-                    tail.extend_from_slice(&chunk[..end]);
-                    from = end;
-                    match self.quick_event(&tail) {
-                        Some((name, data, used)) => {
-                            debug_assert_eq!(used, tail.len());
-                            self.dispatch_whole(name, data, tail_offset, &mut on_event);
+            let held = tail.len();
+            // First offered to the sink with the start of this chunk: it finds the event's end
+            // itself when it takes the event.
+            let offered = if quick {
+                tail.extend_from_slice(&chunk[..chunk.len().min(OFFER)]);
+                on_event.whole(&tail, self.dispatched, tail_offset)
+            } else {
+                None
+            };
+            if let Some(used) = offered {
+                // The held-back bytes hold no blank line: the event ends in this chunk.
+                debug_assert!(used > held);
+                debug_assert!(matches!(self.quick(&tail), Quick::Event(_, _, u) if u == used));
+                self.dispatched += 1;
+                from = used - held;
+            } else {
+                tail.truncate(held);
+                match if quick { event_end(&tail, chunk) } else { None } {
+                    Some(end) => {
+                        tail.extend_from_slice(&chunk[..end]);
+                        from = end;
+                        match self.quick(&tail) {
+                            Quick::Event(name, data, used) => {
+                                debug_assert_eq!(used, tail.len());
+                                self.dispatch_whole(name, data, tail_offset, on_event);
+                            }
+                            _ => result = self.lines(&tail, tail_offset, false, on_event),
                         }
-                        None => result = self.lines(&tail, tail_offset, false, &mut on_event),
                     }
+                    // The event goes on past this chunk (or the chunk has a CR): the held-back
+                    // bytes go the line-by-line way, and so does the chunk. (Never held back
+                    // twice: each byte is looked at a bounded number of times.)
+                    None => result = self.lines(&tail, tail_offset, false, on_event),
                 }
-                // The event goes on past this chunk (or the chunk has a CR): the held-back
-                // bytes go the line-by-line way, and so does the chunk. (Never held back
-                // twice: each byte is looked at a bounded number of times.)
-                None => result = self.lines(&tail, tail_offset, false, &mut on_event),
             }
             tail.clear();
             self.tail = tail; // keep the allocation
         }
-        let result = result
-            .and_then(|()| self.lines(&chunk[from..], base + from as u64, quick, &mut on_event));
+        let result =
+            result.and_then(|()| self.lines(&chunk[from..], base + from as u64, quick, on_event));
         self.consumed = chunk_start + total as u64;
         if let Err(FramingError::TooLarge(_)) = &result {
             self.poisoned = true;
@@ -352,27 +423,36 @@ impl Framer {
     /// Frames `chunk` (at stream offset `base`) line by line, taking whole events of the usual
     /// shape at once when `quick` (no CR in it); an unterminated line is kept in `line`, or,
     /// when `quick` and it is the start of an event of the usual shape, in `tail`.
-    fn lines<F: FnMut(RawEvent<'_>)>(
+    fn lines<S: Sink>(
         &mut self,
         chunk: &[u8],
         base: u64,
         quick: bool,
-        on_event: &mut F,
+        on_event: &mut S,
     ) -> Result<(), FramingError> {
         let mut start = 0usize;
         loop {
             if quick && self.line.is_empty() && self.block_is_clean() {
                 let rest = &chunk[start..];
-                if let Some((name, data, used)) = self.quick_event(rest) {
-                    self.dispatch_whole(name, data, base + start as u64, on_event);
+                if let Some(used) = on_event.whole(rest, self.dispatched, base + start as u64) {
+                    debug_assert!(matches!(self.quick(rest), Quick::Event(_, _, u) if u == used));
+                    self.dispatched += 1;
                     start += used;
                     continue;
                 }
-                if !rest.is_empty() && self.quick_prefix(rest) {
-                    self.tail.clear();
-                    self.tail.extend_from_slice(rest);
-                    self.tail_offset = base + start as u64;
-                    return Ok(());
+                match self.quick(rest) {
+                    Quick::Event(name, data, used) => {
+                        self.dispatch_whole(name, data, base + start as u64, on_event);
+                        start += used;
+                        continue;
+                    }
+                    Quick::Prefix if !rest.is_empty() => {
+                        self.tail.clear();
+                        self.tail.extend_from_slice(rest);
+                        self.tail_offset = base + start as u64;
+                        return Ok(());
+                    }
+                    _ => {}
                 }
             }
             let Some(rel) = memchr::memchr2(b'\n', b'\r', &chunk[start..]) else {
@@ -415,17 +495,11 @@ impl Framer {
         Ok(())
     }
 
-    /// Dispatches an event taken whole by [`Framer::quick_event`] (its block is clean: no id,
+    /// Dispatches an event taken whole by `Framer::quick` (its block is clean: no id,
     /// no retry).
     #[inline]
-    fn dispatch_whole<F: FnMut(RawEvent<'_>)>(
-        &mut self,
-        name: &[u8],
-        data: &[u8],
-        offset: u64,
-        on_event: &mut F,
-    ) {
-        on_event(RawEvent {
+    fn dispatch_whole<S: Sink>(&mut self, name: &[u8], data: &[u8], offset: u64, on_event: &mut S) {
+        on_event.event(RawEvent {
             event: name,
             data,
             multiline: false,
@@ -448,69 +522,65 @@ impl Framer {
             && self.block_retry.is_none()
     }
 
-    /// The usual shape of an event, whole at the start of `rest` (which holds no CR): an
-    /// optional `event: NAME` line, one `data: PAYLOAD` line and a blank line. Returns the name,
-    /// the payload and the bytes used; `None` for anything else (or a line over the size cap),
-    /// which the line-by-line path then takes, with the same result.
+    /// What `rest` (bytes at an event boundary, no CR among them) starts with:
+    ///
+    /// - [`Quick::Event`]: the usual shape of an event, whole: an optional `event: NAME` line,
+    ///   one `data: PAYLOAD` line and a blank line, with no line over the size cap. Given with
+    ///   the name, the payload and the bytes used; the line-by-line path would frame it the same.
+    /// - [`Quick::Prefix`]: no such event yet, but `rest` (up to its end) can be the start of
+    ///   one, with no line over the cap: then it may wait for the next chunk, since framing its
+    ///   lines now would change nothing visible (its complete lines are `event:` and `data:`
+    ///   lines, which only matter at the dispatch). An empty `rest` is a prefix too.
+    /// - [`Quick::Other`]: anything else, for the line-by-line path.
     #[inline]
-    fn quick_event<'c>(&self, rest: &'c [u8]) -> Option<(&'c [u8], &'c [u8], usize)> {
-        let mut pos = 0;
-        let mut name: &[u8] = &[];
-        if rest.starts_with(b"event: ") {
-            let end = 7 + memchr::memchr(b'\n', &rest[7..])?;
-            name = &rest[7..end];
-            pos = end + 1;
-        }
-        if !rest[pos..].starts_with(b"data: ") {
-            return None;
-        }
-        let from = pos + 6;
-        let end = from + memchr::memchr(b'\n', &rest[from..])?;
-        if rest.get(end + 1) != Some(&b'\n') {
-            return None;
-        }
-        if let Some(max) = self.max_event_size {
-            // The data line and the event line are the only lines (the data is shorter).
-            if end - pos > max || (pos > 0 && pos - 1 > max) {
-                return None;
-            }
-        }
-        Some((name, &rest[from..end], end + 2))
-    }
-
-    /// Whether `rest` (the end of a chunk: no CR, no blank line) can be the start of an event
-    /// of the usual shape (see [`Framer::quick_event`]) with no line over the size cap: then it
-    /// may wait for the next chunk, since framing its lines now would change nothing visible
-    /// (its complete lines are `event:` and `data:` lines, which only matter at the dispatch).
-    fn quick_prefix(&self, rest: &[u8]) -> bool {
+    fn quick<'c>(&self, rest: &'c [u8]) -> Quick<'c> {
         const EVENT: &[u8] = b"event: ";
         const DATA: &[u8] = b"data: ";
         let max = self.max_event_size.unwrap_or(usize::MAX);
-        let mut pos = 0;
-        if rest.starts_with(EVENT) {
-            match memchr::memchr(b'\n', &rest[EVENT.len()..]) {
-                None => return rest.len() <= max,
-                Some(i) => {
-                    let end = EVENT.len() + i;
-                    if end > max {
-                        return false;
-                    }
-                    pos = end + 1;
-                }
+        let fits = |len: usize| {
+            if len <= max {
+                Quick::Prefix
+            } else {
+                Quick::Other
             }
+        };
+        let mut pos = 0;
+        let mut name: &[u8] = &[];
+        if rest.starts_with(EVENT) {
+            let Some(i) = memchr::memchr(b'\n', &rest[EVENT.len()..]) else {
+                return fits(rest.len());
+            };
+            let end = EVENT.len() + i;
+            if end > max {
+                return Quick::Other;
+            }
+            name = &rest[EVENT.len()..end];
+            pos = end + 1;
         } else if EVENT.starts_with(rest) {
-            return rest.len() <= max;
+            return fits(rest.len());
         }
         let line = &rest[pos..];
         if line.len() < DATA.len() {
-            return DATA.starts_with(line) && line.len() <= max;
+            return if DATA.starts_with(line) {
+                fits(line.len())
+            } else {
+                Quick::Other
+            };
         }
         if !line.starts_with(DATA) {
-            return false;
+            return Quick::Other;
         }
-        match memchr::memchr(b'\n', line) {
-            None => line.len() <= max,
-            Some(end) => end + 1 == line.len() && end <= max,
+        let Some(i) = memchr::memchr(b'\n', &line[DATA.len()..]) else {
+            return fits(line.len());
+        };
+        let end = DATA.len() + i;
+        if end > max {
+            return Quick::Other;
+        }
+        match line.get(end + 1) {
+            Some(b'\n') => Quick::Event(name, &line[DATA.len()..end], pos + end + 2),
+            None => Quick::Prefix,
+            Some(_) => Quick::Other,
         }
     }
 
@@ -532,11 +602,11 @@ impl Framer {
     }
 
     #[inline]
-    fn process_line<F: FnMut(RawEvent<'_>)>(
+    fn process_line<S: Sink>(
         &mut self,
         line: &[u8],
         offset: u64,
-        on_event: &mut F,
+        on_event: &mut S,
     ) -> Result<(), FramingError> {
         if line.is_empty() {
             self.dispatch(on_event);
@@ -594,7 +664,7 @@ impl Framer {
         Ok(())
     }
 
-    fn dispatch<F: FnMut(RawEvent<'_>)>(&mut self, on_event: &mut F) {
+    fn dispatch<S: Sink>(&mut self, on_event: &mut S) {
         if self.id_dirty {
             self.id_dirty = false;
             if self.last_event_id != self.id_buffer {
@@ -604,7 +674,7 @@ impl Framer {
             }
         }
         if self.has_data {
-            on_event(RawEvent {
+            on_event.event(RawEvent {
                 event: &self.event_type,
                 data: &self.data,
                 multiline: self.multiline,

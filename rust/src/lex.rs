@@ -91,7 +91,7 @@ pub struct Lexer<'a> {
 /// Where the next byte of a string needs a closer look, and that byte: `"`, `\`, a control
 /// character; bytes of 0x80 or above before it are reported in `ascii`.
 #[inline]
-fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<(usize, u8)> {
+pub(crate) fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<(usize, u8)> {
     let mut i = from;
     #[cfg(target_arch = "x86_64")]
     {

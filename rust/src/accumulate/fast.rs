@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use super::{Str, StreamEvent};
-use crate::lex::same;
+use crate::lex::{same, string_stop};
 
 const MAX_DEPTH: usize = 64;
 
@@ -92,6 +92,15 @@ enum Piece {
     Skip,
 }
 
+impl Piece {
+    fn fixed_len(&self) -> usize {
+        match *self {
+            Piece::Fixed { start, end } => (end - start) as usize,
+            _ => 0,
+        }
+    }
+}
+
 /// The shape of the last payload that went the general way, to read the next ones faster.
 ///
 /// A stream is mostly runs of one event shape: deltas whose keys, type, item id and indices
@@ -122,6 +131,8 @@ pub(crate) struct Shape {
     barren: u32,
     /// Misses since the last learning.
     misses: u32,
+    /// The bytes of the fixed pieces: no payload of this shape is shorter.
+    fixed_len: usize,
 }
 
 impl Shape {
@@ -189,6 +200,142 @@ impl Shape {
             *int_slot(ev, n.into()) = Some(value);
         }
         Some(())
+    }
+
+    /// Reads a whole SSE event at the start of `buf` (raw stream bytes, not validated) if it is
+    /// `prefix` (the event's `event:` line, if any, and `data: `), a payload of this shape and
+    /// a blank line (`\n\n`), with its data line at most `max_line` bytes long. Returns the
+    /// payload's end and the bytes the event takes; None on a miss (then `ev` may be partly
+    /// written).
+    ///
+    /// The bytes are validated as [`Reader::checked`] would validate the payload, but only
+    /// where they can differ from the learned payload: the fixed pieces equal bytes of a
+    /// payload that passed that check, and they begin and end next to ASCII delimiters, so
+    /// they are UTF-8 without control bytes themselves; each hole is checked on its own. No
+    /// byte of a hit is a CR or LF (those are control bytes) except the blank line's, so the
+    /// framer would have framed exactly this event from these bytes.
+    pub(crate) fn read_framed<'a>(
+        &mut self,
+        buf: &'a [u8],
+        prefix: &[u8],
+        max_line: usize,
+        ev: &mut StreamEvent<'a>,
+    ) -> Option<(usize, usize)> {
+        // Too short to hold the event (at the end of a chunk, say), or no shape.
+        if self.pieces.is_empty()
+            || buf.len() < prefix.len() + self.fixed_len + 2
+            || !same(&buf[..prefix.len()], prefix)
+        {
+            return None;
+        }
+        let from = prefix.len();
+        let end = self.fill_framed(buf, from, ev)?;
+        // The data line is `data: ` and the payload.
+        // The event line, if any, is the prefix without its LF and `data: `.
+        let event_line = prefix.len().saturating_sub(7);
+        if buf.get(end..end + 2)? != b"\n\n" || end - from + 6 > max_line || event_line > max_line {
+            return None;
+        }
+        self.hits += 1;
+        Some((end, end + 2))
+    }
+
+    /// [`read_framed`](Self::read_framed) of a delta, for a caller that needs only its text
+    /// and sequence number (a delta that continues a run: see
+    /// `ResponseAccumulator::add_framed`). Returns the payload's end, the bytes the event
+    /// takes, the sequence number and the delta; None on a miss, or when the shape has no
+    /// delta hole, or a hole of another read field.
+    #[inline]
+    pub(crate) fn read_framed_delta<'a>(
+        &mut self,
+        buf: &'a [u8],
+        prefix: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, usize, Option<u64>, Cow<'a, str>)> {
+        // Too short to hold the event (at the end of a chunk, say), or no shape.
+        if self.pieces.is_empty()
+            || buf.len() < prefix.len() + self.fixed_len + 2
+            || !same(&buf[..prefix.len()], prefix)
+        {
+            return None;
+        }
+        let from = prefix.len();
+        // Only methods that read `buf` are used: `text` would claim bytes not validated.
+        let mut r = Reader {
+            buf,
+            text: "",
+            pos: from,
+        };
+        let (mut delta, mut sequence) = (None, None);
+        for piece in &self.pieces {
+            match *piece {
+                Piece::Fixed { start, end } => {
+                    let fixed = &self.learned[start as usize..end as usize];
+                    let at = r.pos;
+                    if !same(buf.get(at..at + fixed.len())?, fixed) {
+                        return None;
+                    }
+                    r.pos = at + fixed.len();
+                }
+                Piece::Str(3) => delta = Some(r.hole_string()?),
+                Piece::Int(11) => sequence = Some(r.unsigned()?),
+                Piece::Str(_) | Piece::Int(_) => return None,
+                Piece::Skip => r.hole_skip()?,
+            }
+        }
+        let end = r.pos;
+        let event_line = prefix.len().saturating_sub(7);
+        if buf.get(end..end + 2)? != b"\n\n" || end - from + 6 > max_line || event_line > max_line {
+            return None;
+        }
+        let delta = delta?;
+        self.hits += 1;
+        Some((end, end + 2, sequence, delta))
+    }
+
+    fn fill_framed<'a>(
+        &self,
+        buf: &'a [u8],
+        from: usize,
+        ev: &mut StreamEvent<'a>,
+    ) -> Option<usize> {
+        let mut starts = [0usize; MAX_PIECES];
+        // Only methods that read `buf` are used: `text` would claim bytes not validated.
+        let mut r = Reader {
+            buf,
+            text: "",
+            pos: from,
+        };
+        for (i, piece) in self.pieces.iter().enumerate() {
+            match *piece {
+                Piece::Fixed { start, end } => {
+                    let fixed = &self.learned[start as usize..end as usize];
+                    let at = r.pos;
+                    if !same(buf.get(at..at + fixed.len())?, fixed) {
+                        return None;
+                    }
+                    starts[i] = at;
+                    r.pos = at + fixed.len();
+                }
+                Piece::Str(n) => *str_slot(ev, n.into()) = Some(Str(r.hole_string()?)),
+                Piece::Int(n) => *int_slot(ev, n.into()) = Some(r.unsigned()?),
+                Piece::Skip => r.hole_skip()?,
+            }
+        }
+        for &(n, piece, offset, len) in &self.strs {
+            let at = starts[usize::from(piece)] + offset as usize;
+            let bytes = buf.get(at..at + len as usize)?;
+            debug_assert!(std::str::from_utf8(bytes).is_ok());
+            // SAFETY: a fixed piece equals the learned payload's bytes at the same place,
+            // where this was a whole string value (quote-delimited, no escapes) of a payload
+            // that `Reader::checked` found to be UTF-8.
+            let text = unsafe { std::str::from_utf8_unchecked(bytes) };
+            *str_slot(ev, n.into()) = Some(Str(Cow::Borrowed(text)));
+        }
+        for &(n, value) in &self.ints {
+            *int_slot(ev, n.into()) = Some(value);
+        }
+        Some(r.pos)
     }
 
     /// After a miss and a general read of `payload`: learns its shape, unless shapes keep
@@ -300,6 +447,7 @@ impl Shape {
         }
         self.learned.clear();
         self.learned.extend_from_slice(payload);
+        self.fixed_len = self.pieces.iter().map(Piece::fixed_len).sum();
         Some(())
     }
 
@@ -578,7 +726,19 @@ impl<'a> Reader<'a> {
             self.pos = end + 1;
             return Some(Cow::Borrowed(&self.text[start..end]));
         }
-        let mut out = String::with_capacity(end - start + 16);
+        // The string's raw length bounds the unescaped one: one allocation, however long the
+        // string (a whole response's text, say).
+        let mut close = end;
+        loop {
+            if close + 2 > self.buf.len() {
+                return None;
+            }
+            close = quote_or_backslash(self.buf, close + 2)?;
+            if self.buf[close] == b'"' {
+                break;
+            }
+        }
+        let mut out = String::with_capacity(close - start);
         out.push_str(&self.text[start..end]);
         self.pos = end;
         loop {
@@ -613,6 +773,54 @@ impl<'a> Reader<'a> {
                 }
             }
         }
+    }
+
+    /// [`string`](Self::string) in a buffer not validated as a whole (see
+    /// [`Shape::read_framed`]): the string's bytes are validated as [`Reader::checked`] does.
+    #[inline(always)]
+    fn hole_string(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.pos;
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let mut ascii = true;
+        let (end, stop) = string_stop(self.buf, start + 1, &mut ascii)?;
+        match stop {
+            // The usual case: no escapes.
+            b'"' => {
+                let bytes = &self.buf[start + 1..end];
+                let text = if ascii {
+                    // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
+                    unsafe { std::str::from_utf8_unchecked(bytes) }
+                } else {
+                    std::str::from_utf8(bytes).ok()?
+                };
+                self.pos = end + 1;
+                Some(Cow::Borrowed(text))
+            }
+            b'\\' => {
+                self.skip_string()?;
+                let mut hole = Reader::checked(&self.buf[start..self.pos])?;
+                let value = hole.string()?;
+                debug_assert_eq!(hole.pos, hole.buf.len());
+                Some(value)
+            }
+            // A control byte.
+            _ => None,
+        }
+    }
+
+    /// [`skip_value`](Self::skip_value) in a buffer not validated as a whole (see
+    /// [`Shape::read_framed`]): the value's bytes are validated as [`Reader::checked`] does.
+    #[inline(always)]
+    fn hole_skip(&mut self) -> Option<()> {
+        if self.peek()? == b'"' {
+            self.hole_string()?;
+            return Some(());
+        }
+        let start = self.pos;
+        self.skip_value()?;
+        Reader::checked(&self.buf[start..self.pos]).map(|_| ())
     }
 
     /// The character of a `\u` escape (its four hex digits follow), pairing surrogates; a lone

@@ -49,9 +49,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::framing::{Framer, RawEvent, Sink};
+
 mod chat;
 mod fast;
 mod json;
+#[cfg(test)]
+mod tap_tests;
 pub(crate) use fast::Shape;
 mod realtime;
 mod responses;
@@ -68,6 +72,31 @@ pub(crate) use responses::TextEvent;
 pub trait Accumulate {
     /// One event's JSON payload.
     fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError>;
+    /// The payload of an SSE event named `name`: [`add_json`](Self::add_json), and an
+    /// accumulator that reads whole events itself (see [`add_framed`](Self::add_framed))
+    /// learns from the name how they are framed.
+    fn add_sse(&mut self, name: &[u8], payload: &[u8]) -> Result<(), AccumulateError> {
+        let _ = name;
+        self.add_json(payload)
+    }
+    /// Raw SSE bytes at an event boundary (no CR among them): when the accumulator can take
+    /// the whole event at their start itself — an optional `event: NAME` line, one
+    /// `data: PAYLOAD` line no longer than `max_line`, a blank line, exactly as the framer
+    /// frames them — it adds the payload and returns the bytes the event takes, the payload's
+    /// range in `bytes` and what [`add_json`](Self::add_json) of it returns. None otherwise
+    /// (the default): nothing was added, and the framer frames the event.
+    fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        let _ = (bytes, max_line);
+        None
+    }
+    /// The SSE name of the events [`add_framed`](Self::add_framed) takes.
+    fn framed_name(&self) -> &[u8] {
+        b""
+    }
     /// The object built so far, as JSON (None before anything to build from).
     fn snapshot_json(&mut self) -> Option<Vec<u8>>;
     fn warnings(&self) -> &[String];
@@ -76,7 +105,7 @@ pub trait Accumulate {
 }
 
 macro_rules! impl_accumulate {
-    ($($t:ty),*) => {$(
+    ($t:ty $(, $extra:item)*) => {
         impl Accumulate for $t {
             fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
                 <$t>::add_json(self, payload)
@@ -93,11 +122,99 @@ macro_rules! impl_accumulate {
             fn events(&self) -> u64 {
                 <$t>::events(self)
             }
+            $($extra)*
         }
-    )*};
+    };
 }
 
-impl_accumulate!(ResponseAccumulator, ChatAccumulator, RealtimeAccumulator);
+impl_accumulate!(
+    ResponseAccumulator,
+    fn add_sse(&mut self, name: &[u8], payload: &[u8]) -> Result<(), AccumulateError> {
+        ResponseAccumulator::add_sse(self, name, payload)
+    },
+    fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        ResponseAccumulator::add_framed(self, bytes, max_line)
+    },
+    fn framed_name(&self) -> &[u8] {
+        ResponseAccumulator::framed_name(self)
+    }
+);
+impl_accumulate!(ChatAccumulator);
+impl_accumulate!(RealtimeAccumulator);
+
+/// A payload an accumulator refused while tapping (see [`Tap`]).
+#[derive(Debug)]
+pub struct Refusal {
+    pub error: AccumulateError,
+    /// The event's index among the stream's dispatched events.
+    pub index: u64,
+    /// Its SSE name (`event:`), as sent.
+    pub event: Vec<u8>,
+    /// The stream offset of its first line.
+    pub offset: u64,
+    /// Its payload.
+    pub data: Vec<u8>,
+}
+
+/// The tap: a [`Sink`] for a [`Framer`] that adds every event's payload to an accumulator,
+/// keeping the refused ones, and lets the accumulator take the events it can read whole
+/// straight from the bytes ([`Accumulate::add_framed`]), with the same result.
+pub struct Tap<'a, A> {
+    acc: &'a mut A,
+    /// The framer's cap on a line.
+    max_line: usize,
+    /// The payloads refused so far, in order.
+    pub refused: Vec<Refusal>,
+    /// The events the accumulator took whole.
+    pub taken: u64,
+}
+
+impl<'a, A: Accumulate> Tap<'a, A> {
+    /// A tap into `acc` for bytes fed to `framer`.
+    pub fn new(acc: &'a mut A, framer: &Framer) -> Self {
+        Tap {
+            acc,
+            max_line: framer.max_event_size().unwrap_or(usize::MAX),
+            refused: Vec::new(),
+            taken: 0,
+        }
+    }
+}
+
+impl<A: Accumulate> Sink for Tap<'_, A> {
+    #[inline]
+    fn event(&mut self, e: RawEvent<'_>) {
+        if let Err(error) = self.acc.add_sse(e.event, e.data) {
+            self.refused.push(Refusal {
+                error,
+                index: e.index,
+                event: e.event.to_vec(),
+                offset: e.offset,
+                data: e.data.to_vec(),
+            });
+        }
+    }
+
+    #[inline]
+    fn whole(&mut self, rest: &[u8], index: u64, offset: u64) -> Option<usize> {
+        let (used, payload, result) = self.acc.add_framed(rest, self.max_line)?;
+        self.taken += 1;
+        if let Err(error) = result {
+            self.refused.push(Refusal {
+                error,
+                index,
+                event: self.acc.framed_name().to_vec(),
+                offset,
+                data: rest[payload].to_vec(),
+            });
+        }
+        Some(used)
+    }
+}
 
 /// The default cap on one accumulated text (and on one event, in the bindings): 16 MiB.
 pub const DEFAULT_TEXT_CAP: usize = 16 * 1024 * 1024;

@@ -180,6 +180,11 @@ pub struct ResponseAccumulator {
     /// The shape generation and event count of the last delta that went into the open run
     /// through a keyed shape (see [`ResponseAccumulator::add_json`]).
     shape_run: Option<(u64, u64)>,
+    /// The SSE lines before the payload the shape was learned from (`event: NAME` and
+    /// `data: `), with the shape generation they belong to (see
+    /// [`ResponseAccumulator::add_framed`]).
+    frame: Vec<u8>,
+    frame_generation: Option<u64>,
     run: DeltaRun,
     cap: TextCap,
 }
@@ -299,6 +304,8 @@ impl ResponseAccumulator {
             events: 0,
             shape: Shape::default(),
             shape_run: None,
+            frame: Vec::new(),
+            frame_generation: None,
             run: DeltaRun::default(),
             cap: TextCap::new(limit),
         }
@@ -344,6 +351,17 @@ impl ResponseAccumulator {
         let shaped =
             (generation == before.0 && self.shape.hits() > before.1 && self.shape.is_keyed())
                 .then_some(generation);
+        self.add_read(&ev, shaped)
+    }
+
+    /// An event read from its payload; `shaped` is the shape generation when it was read
+    /// through a keyed shape.
+    #[inline]
+    fn add_read(
+        &mut self,
+        ev: &StreamEvent<'_>,
+        shaped: Option<u64>,
+    ) -> Result<(), AccumulateError> {
         if let (Some(generation), Some(delta)) = (shaped, &ev.delta) {
             if self.shape_run == Some((generation, self.events)) {
                 if let Some(result) = self.continue_run(&delta.0, ev.sequence_number) {
@@ -352,7 +370,7 @@ impl ResponseAccumulator {
                 }
             }
         }
-        let result = self.add_event(&ev);
+        let result = self.add_event(ev);
         self.shape_run = match shaped {
             Some(generation) if ev.delta.is_some() && self.run_is_open() && result.is_ok() => {
                 Some((generation, self.events))
@@ -360,6 +378,75 @@ impl ResponseAccumulator {
             _ => None,
         };
         result
+    }
+
+    /// [`add_json`](Self::add_json) of the payload of an SSE event named `name` (empty: no
+    /// `event:` line). When the payload's shape is learned from it, the event's SSE lines
+    /// before the payload are kept with it, for [`add_framed`](Self::add_framed).
+    pub fn add_sse(&mut self, name: &[u8], payload: &[u8]) -> Result<(), AccumulateError> {
+        let generation = self.shape.generation();
+        let result = self.add_json(payload);
+        if self.shape.generation() != generation {
+            self.frame_generation = None;
+            // Names come from the framer, which never leaves a line break in one.
+            if self.shape.is_learned() && !name.iter().any(|&b| b == b'\n' || b == b'\r') {
+                self.frame.clear();
+                if !name.is_empty() {
+                    self.frame.extend_from_slice(b"event: ");
+                    self.frame.extend_from_slice(name);
+                    self.frame.push(b'\n');
+                }
+                self.frame.extend_from_slice(b"data: ");
+                self.frame_generation = Some(self.shape.generation());
+            }
+        }
+        result
+    }
+
+    /// Raw SSE bytes at an event boundary: when they start with a whole event of the learned
+    /// shape, framed as the payload's was when the shape was learned (see
+    /// [`add_sse`](Self::add_sse) and `fast::Shape::read_framed`), adds its payload without
+    /// framing it first. Returns the bytes the event takes, its payload's range in `bytes` and
+    /// what [`add_json`](Self::add_json) of that payload returns; None when the bytes do not
+    /// start that way (nothing is added).
+    ///
+    /// `max_line` is the framer's cap on a line: an event with a longer data line is left to
+    /// the framer.
+    pub fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        let generation = self.frame_generation?;
+        if generation != self.shape.generation() {
+            return None;
+        }
+        // A delta continuing the open run through a keyed shape (as in `add_read`): only its
+        // text and sequence number matter.
+        if self.shape_run == Some((generation, self.events)) && self.run_is_open() {
+            if let Some((end, used, sequence, delta)) =
+                self.shape.read_framed_delta(bytes, &self.frame, max_line)
+            {
+                let result = self.continue_run(&delta, sequence)?;
+                self.shape_run = Some((generation, self.events));
+                return Some((used, self.frame.len()..end, result));
+            }
+        }
+        let mut ev = StreamEvent::default();
+        let (end, used) = self
+            .shape
+            .read_framed(bytes, &self.frame, max_line, &mut ev)?;
+        let shaped = self.shape.is_keyed().then_some(generation);
+        let result = self.add_read(&ev, shaped);
+        Some((used, self.frame.len()..end, result))
+    }
+
+    /// The SSE name of the events [`add_framed`](Self::add_framed) takes.
+    pub fn framed_name(&self) -> &[u8] {
+        self.frame
+            .strip_prefix(b"event: ")
+            .and_then(|rest| rest.strip_suffix(b"\ndata: "))
+            .unwrap_or_default()
     }
 
     /// One event already read (by [`add_json`](Self::add_json), or field by field from a

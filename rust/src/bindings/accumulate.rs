@@ -11,7 +11,7 @@ use super::structs::{exact_str, optional_index, to_value, ClassSlots, Slot};
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
     text_field, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
-    ResponseAccumulator, StreamEvent, TextEvent,
+    ResponseAccumulator, StreamEvent, Tap, TextEvent,
 };
 use crate::framing::Framer;
 
@@ -329,10 +329,6 @@ fn limit_of<'py>(py: Python<'py>, err: &AccumulateError) -> PyResult<Bound<'py, 
     })
 }
 
-/// A payload the accumulator refused: the error, the event's index, its SSE name, its offset and
-/// the payload.
-type Refused = (AccumulateError, u64, Vec<u8>, u64, Vec<u8>);
-
 /// Frames `data` and adds every payload; returns the rejected ones (None when all went in).
 fn tap<'py, A: Accumulate + Send>(
     py: Python<'py>,
@@ -341,19 +337,21 @@ fn tap<'py, A: Accumulate + Send>(
     data: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
     with_bytes(data, |bytes| {
-        let mut rejected: Vec<Refused> = Vec::new();
+        let mut sink = Tap::new(acc, framer);
         // Large chunks are worth letting other Python threads run meanwhile.
         let framed = if bytes.len() >= 64 * 1024 {
-            py.detach(|| framer.feed(bytes, |e| add(acc, &mut rejected, &e)))
+            py.detach(|| framer.feed_into(bytes, &mut sink))
         } else {
-            framer.feed(bytes, |e| add(acc, &mut rejected, &e))
+            framer.feed_into(bytes, &mut sink)
         };
-        let errors = if rejected.is_empty() {
+        let errors = if sink.refused.is_empty() {
             None
         } else {
             let list = PyList::empty(py);
-            for (err, index, event, offset, raw) in &rejected {
-                list.append(error_tuple(py, err, *index, event, *offset, raw)?)?;
+            for r in &sink.refused {
+                list.append(error_tuple(
+                    py, &r.error, r.index, &r.event, r.offset, &r.data,
+                )?)?;
             }
             Some(list)
         };
@@ -366,12 +364,6 @@ fn tap<'py, A: Accumulate + Send>(
             )),
         }
     })
-}
-
-fn add<A: Accumulate>(acc: &mut A, rejected: &mut Vec<Refused>, e: &crate::framing::RawEvent<'_>) {
-    if let Err(err) = acc.add_json(e.data) {
-        rejected.push((err, e.index, e.event.to_vec(), e.offset, e.data.to_vec()));
-    }
 }
 
 macro_rules! accumulator_core {
