@@ -125,14 +125,18 @@ impl fmt::Display for FramingError {
 impl std::error::Error for FramingError {}
 
 /// Where in `chunk` the event begun in `tail` ends: just after its first blank line (`tail`
-/// holds no blank line and no CR; neither does `chunk` when this is asked).
+/// holds no blank line and no CR). None when the event goes on past `chunk`, or a CR comes
+/// first (then the line-by-line path decides).
 fn event_end(tail: &[u8], chunk: &[u8]) -> Option<usize> {
     if tail.last() == Some(&b'\n') && chunk.first() == Some(&b'\n') {
         return Some(1);
     }
     let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &chunk[from..]) {
+    while let Some(i) = memchr::memchr2(b'\n', b'\r', &chunk[from..]) {
         let at = from + i;
+        if chunk[at] == b'\r' {
+            return None;
+        }
         if chunk.get(at + 1) == Some(&b'\n') {
             return Some(at + 2);
         }
@@ -168,11 +172,11 @@ pub trait Sink {
     fn event(&mut self, event: RawEvent<'_>);
 
     /// Offered the bytes at each event boundary where the framer would try to take a whole
-    /// event at once (no CR among them, nothing of the next event's block seen yet). A sink
-    /// that takes the event at their start itself returns how many bytes it took; it must
-    /// take exactly an event the framer would have taken whole there (an optional
-    /// `event: NAME` line, one `data: PAYLOAD` line, a blank line, no line over the size cap)
-    /// and do with it what [`Sink::event`] would have done. The framer then counts the event
+    /// event at once (nothing of the next event's block seen yet). A sink that takes the
+    /// event at their start itself returns how many bytes it took; it must take exactly an
+    /// event the framer would have taken whole there (an optional `event: NAME` line, one
+    /// `data: PAYLOAD` line, a blank line, no CR anywhere, no line over the size cap) and do
+    /// with it what [`Sink::event`] would have done. The framer then counts the event
     /// as dispatched. `index` and `offset` are those the event would have been dispatched
     /// with. The default takes nothing.
     #[inline(always)]
@@ -362,8 +366,6 @@ impl Framer {
         // Offsets below are relative to the stream; `base` is where `chunk` starts.
         let base = chunk_start + (total - chunk.len()) as u64;
 
-        // Without a CR in the chunk, whole events of the usual shape can be taken at once.
-        let quick = memchr::memchr(b'\r', chunk).is_none();
         let mut result = Ok(());
         let mut from = 0usize;
         if !self.tail.is_empty() {
@@ -373,12 +375,8 @@ impl Framer {
             let held = tail.len();
             // First offered to the sink with the start of this chunk: it finds the event's end
             // itself when it takes the event.
-            let offered = if quick {
-                tail.extend_from_slice(&chunk[..chunk.len().min(OFFER)]);
-                on_event.whole(&tail, self.dispatched, tail_offset)
-            } else {
-                None
-            };
+            tail.extend_from_slice(&chunk[..chunk.len().min(OFFER)]);
+            let offered = on_event.whole(&tail, self.dispatched, tail_offset);
             if let Some(used) = offered {
                 // The held-back bytes hold no blank line: the event ends in this chunk.
                 debug_assert!(used > held);
@@ -387,7 +385,7 @@ impl Framer {
                 from = used - held;
             } else {
                 tail.truncate(held);
-                match if quick { event_end(&tail, chunk) } else { None } {
+                match event_end(&tail, chunk) {
                     Some(end) => {
                         tail.extend_from_slice(&chunk[..end]);
                         from = end;
@@ -399,7 +397,7 @@ impl Framer {
                             _ => result = self.lines(&tail, tail_offset, false, on_event),
                         }
                     }
-                    // The event goes on past this chunk (or the chunk has a CR): the held-back
+                    // The event goes on past this chunk (or a CR comes first): the held-back
                     // bytes go the line-by-line way, and so does the chunk. (Never held back
                     // twice: each byte is looked at a bounded number of times.)
                     None => result = self.lines(&tail, tail_offset, false, on_event),
@@ -409,7 +407,7 @@ impl Framer {
             self.tail = tail; // keep the allocation
         }
         let result =
-            result.and_then(|()| self.lines(&chunk[from..], base + from as u64, quick, on_event));
+            result.and_then(|()| self.lines(&chunk[from..], base + from as u64, true, on_event));
         self.consumed = chunk_start + total as u64;
         if let Err(FramingError::TooLarge(_)) = &result {
             self.poisoned = true;
@@ -421,8 +419,8 @@ impl Framer {
     }
 
     /// Frames `chunk` (at stream offset `base`) line by line, taking whole events of the usual
-    /// shape at once when `quick` (no CR in it); an unterminated line is kept in `line`, or,
-    /// when `quick` and it is the start of an event of the usual shape, in `tail`.
+    /// shape at once when `quick`; an unterminated line is kept in `line`, or, when `quick`
+    /// and it is the start of an event of the usual shape, in `tail`.
     fn lines<S: Sink>(
         &mut self,
         chunk: &[u8],
@@ -522,13 +520,13 @@ impl Framer {
             && self.block_retry.is_none()
     }
 
-    /// What `rest` (bytes at an event boundary, no CR among them) starts with:
+    /// What `rest` (bytes at an event boundary) starts with:
     ///
     /// - [`Quick::Event`]: the usual shape of an event, whole: an optional `event: NAME` line,
-    ///   one `data: PAYLOAD` line and a blank line, with no line over the size cap. Given with
+    ///   one `data: PAYLOAD` line and a blank line, with no CR and no line over the size cap. Given with
     ///   the name, the payload and the bytes used; the line-by-line path would frame it the same.
     /// - [`Quick::Prefix`]: no such event yet, but `rest` (up to its end) can be the start of
-    ///   one, with no line over the cap: then it may wait for the next chunk, since framing its
+    ///   one, with no CR and no line over the cap: then it may wait for the next chunk, since framing its
     ///   lines now would change nothing visible (its complete lines are `event:` and `data:`
     ///   lines, which only matter at the dispatch). An empty `rest` is a prefix too.
     /// - [`Quick::Other`]: anything else, for the line-by-line path.
@@ -547,11 +545,11 @@ impl Framer {
         let mut pos = 0;
         let mut name: &[u8] = &[];
         if rest.starts_with(EVENT) {
-            let Some(i) = memchr::memchr(b'\n', &rest[EVENT.len()..]) else {
+            let Some(i) = memchr::memchr2(b'\n', b'\r', &rest[EVENT.len()..]) else {
                 return fits(rest.len());
             };
             let end = EVENT.len() + i;
-            if end > max {
+            if rest[end] == b'\r' || end > max {
                 return Quick::Other;
             }
             name = &rest[EVENT.len()..end];
@@ -570,11 +568,11 @@ impl Framer {
         if !line.starts_with(DATA) {
             return Quick::Other;
         }
-        let Some(i) = memchr::memchr(b'\n', &line[DATA.len()..]) else {
+        let Some(i) = memchr::memchr2(b'\n', b'\r', &line[DATA.len()..]) else {
             return fits(line.len());
         };
         let end = DATA.len() + i;
-        if end > max {
+        if line[end] == b'\r' || end > max {
             return Quick::Other;
         }
         match line.get(end + 1) {

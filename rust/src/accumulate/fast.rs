@@ -76,6 +76,9 @@ fn control_or_high(bytes: &[u8]) -> u8 {
         .fold(seen, |seen, &b| seen | (b & 0x80) | u8::from(b < 0x20))
 }
 
+/// The longest payload a [`Shape`] is learned from.
+const MAX_LEARNED: usize = 4096;
+
 /// The most pieces a [`Shape`] holds (a delta event has seven: four fixed runs, three holes).
 const MAX_PIECES: usize = 24;
 
@@ -133,6 +136,8 @@ pub(crate) struct Shape {
     misses: u32,
     /// The bytes of the fixed pieces: no payload of this shape is shorter.
     fixed_len: usize,
+    /// A delta hole and no hole of another read string (integer holes are sequence numbers).
+    delta_only: bool,
 }
 
 impl Shape {
@@ -150,6 +155,12 @@ impl Shape {
     /// Whether every field that places a delta is fixed (see [`Shape::keyed`]).
     pub(crate) fn is_keyed(&self) -> bool {
         self.keyed
+    }
+
+    /// Whether the shape has a delta hole and no hole of another read string (see
+    /// [`read_framed_delta`](Self::read_framed_delta)).
+    pub(crate) fn reads_a_delta(&self) -> bool {
+        self.delta_only
     }
 
     /// Hits so far of this generation.
@@ -244,7 +255,9 @@ impl Shape {
     /// and sequence number (a delta that continues a run: see
     /// `ResponseAccumulator::add_framed`). Returns the payload's end, the bytes the event
     /// takes, the sequence number and the delta; None on a miss, or when the shape has no
-    /// delta hole, or a hole of another read field.
+    /// delta hole, or a hole of another read string (see [`reads_a_delta`](Self::reads_a_delta)):
+    /// the bytes it compares and validates are those [`read_framed`](Self::read_framed) would,
+    /// so a miss here is a miss there.
     #[inline]
     pub(crate) fn read_framed_delta<'a>(
         &mut self,
@@ -367,6 +380,12 @@ impl Shape {
         self.strs.clear();
         self.ints.clear();
         self.keyed = true;
+        self.delta_only = false;
+        // Events this long carry items, parts or whole responses, which are never learned
+        // (below): not worth a pass over them to find out.
+        if payload.len() > MAX_LEARNED {
+            return None;
+        }
         let mut r = Reader::checked(payload)?;
         let mut fixed_from = 0;
         r.skip_spaces();
@@ -448,6 +467,11 @@ impl Shape {
         self.learned.clear();
         self.learned.extend_from_slice(payload);
         self.fixed_len = self.pieces.iter().map(Piece::fixed_len).sum();
+        self.delta_only = self.pieces.iter().any(|p| matches!(p, Piece::Str(3)))
+            && !self
+                .pieces
+                .iter()
+                .any(|p| matches!(p, Piece::Str(n) if *n != 3));
         Some(())
     }
 
@@ -853,16 +877,25 @@ impl<'a> Reader<'a> {
 
     /// A plain non-negative integer that fits `u64` (no sign, fraction or exponent).
     fn unsigned(&mut self) -> Option<u64> {
-        let start = self.pos;
-        let mut n: u64 = 0;
-        while let Some(d @ b'0'..=b'9') = self.peek() {
-            n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-            self.pos += 1;
-        }
-        let len = self.pos - start;
-        if len == 0 || (len > 1 && self.buf[start] == b'0') {
+        let digits = &self.buf[self.pos..];
+        let len = digits
+            .iter()
+            .position(|d| !d.is_ascii_digit())
+            .unwrap_or(digits.len());
+        if len == 0 || (len > 1 && digits[0] == b'0') {
             return None;
         }
+        let n = if len < 20 {
+            // At most 19 digits: below 10^19, which fits.
+            digits[..len]
+                .iter()
+                .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'))
+        } else {
+            digits[..len].iter().try_fold(0u64, |n, &d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })?
+        };
+        self.pos += len;
         match self.peek() {
             Some(b'.' | b'e' | b'E') => None,
             _ => Some(n),

@@ -423,14 +423,16 @@ impl ResponseAccumulator {
         }
         // A delta continuing the open run through a keyed shape (as in `add_read`): only its
         // text and sequence number matter.
-        if self.shape_run == Some((generation, self.events)) && self.run_is_open() {
-            if let Some((end, used, sequence, delta)) =
-                self.shape.read_framed_delta(bytes, &self.frame, max_line)
-            {
-                let result = self.continue_run(&delta, sequence)?;
-                self.shape_run = Some((generation, self.events));
-                return Some((used, self.frame.len()..end, result));
-            }
+        // (When such a delta misses, so would the general read: not tried again.)
+        if self.shape_run == Some((generation, self.events))
+            && self.run_is_open()
+            && self.shape.reads_a_delta()
+        {
+            let (end, used, sequence, delta) =
+                self.shape.read_framed_delta(bytes, &self.frame, max_line)?;
+            let result = self.continue_run(&delta, sequence)?;
+            self.shape_run = Some((generation, self.events));
+            return Some((used, self.frame.len()..end, result));
         }
         let mut ev = StreamEvent::default();
         let (end, used) = self
@@ -491,6 +493,7 @@ impl ResponseAccumulator {
     /// before it, with no event in between: the same as [`add_text_event`](Self::add_text_event)
     /// of it, given only its text and sequence number. None when no run is open (after a
     /// snapshot, say): then the caller adds it the usual way.
+    #[inline]
     pub(crate) fn continue_run(
         &mut self,
         delta: &str,
@@ -504,6 +507,7 @@ impl ResponseAccumulator {
     }
 
     /// Appends a delta that continues the run, unless the text cap refuses it.
+    #[inline]
     fn append_to_run(&mut self, delta: &str) {
         if self
             .cap
@@ -514,6 +518,7 @@ impl ResponseAccumulator {
     }
 
     /// Records a gap in `sequence_number`s.
+    #[inline]
     fn sequence(&mut self, n: Option<u64>) {
         let Some(n) = n else { return };
         if let Some(previous) = self.last_sequence {
