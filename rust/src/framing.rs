@@ -184,6 +184,19 @@ pub trait Sink {
         let _ = (rest, index, offset);
         None
     }
+
+    /// [`Sink::whole`] as many times as it takes an event, each at the end of the one before:
+    /// returns the bytes and the events taken (the framer takes the rest of `rest`). A sink
+    /// may do this in one loop of its own, with the same result.
+    #[inline]
+    fn wholes(&mut self, rest: &[u8], index: u64, offset: u64) -> (usize, u64) {
+        let (mut used, mut events) = (0, 0);
+        while let Some(n) = self.whole(&rest[used..], index + events, offset + used as u64) {
+            used += n;
+            events += 1;
+        }
+        (used, events)
+    }
 }
 
 /// A closure as a [`Sink`].
@@ -432,9 +445,10 @@ impl Framer {
         loop {
             if quick && self.line.is_empty() && self.block_is_clean() {
                 let rest = &chunk[start..];
-                if let Some(used) = on_event.whole(rest, self.dispatched, base + start as u64) {
-                    debug_assert!(matches!(self.quick(rest), Quick::Event(_, _, u) if u == used));
-                    self.dispatched += 1;
+                let (used, events) = on_event.wholes(rest, self.dispatched, base + start as u64);
+                if events > 0 {
+                    debug_assert_eq!(self.quick_run(&rest[..used]), events);
+                    self.dispatched += events;
                     start += used;
                     continue;
                 }
@@ -580,6 +594,20 @@ impl Framer {
             None => Quick::Prefix,
             Some(_) => Quick::Other,
         }
+    }
+
+    /// For the debug checks: the number of whole events of the usual shape that `bytes` is
+    /// exactly (0 when it is not).
+    fn quick_run(&self, mut bytes: &[u8]) -> u64 {
+        let mut events = 0;
+        while !bytes.is_empty() {
+            let Quick::Event(_, _, used) = self.quick(bytes) else {
+                return 0;
+            };
+            bytes = &bytes[used..];
+            events += 1;
+        }
+        events
     }
 
     fn too_large(&self, at: u64, in_line: bool) -> FramingError {

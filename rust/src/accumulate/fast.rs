@@ -876,27 +876,31 @@ impl<'a> Reader<'a> {
     }
 
     /// A plain non-negative integer that fits `u64` (no sign, fraction or exponent).
+    #[inline(always)]
     fn unsigned(&mut self) -> Option<u64> {
-        let digits = &self.buf[self.pos..];
-        let len = digits
-            .iter()
-            .position(|d| !d.is_ascii_digit())
-            .unwrap_or(digits.len());
-        if len == 0 || (len > 1 && digits[0] == b'0') {
+        let (buf, start) = (self.buf, self.pos);
+        let mut i = start;
+        let mut n: u64 = 0;
+        while let Some(&b) = buf.get(i) {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            n = n.wrapping_mul(10).wrapping_add(u64::from(d));
+            i += 1;
+        }
+        let len = i - start;
+        if len == 0 || (len > 1 && buf[start] == b'0') {
             return None;
         }
-        let n = if len < 20 {
-            // At most 19 digits: below 10^19, which fits.
-            digits[..len]
-                .iter()
-                .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'))
-        } else {
-            digits[..len].iter().try_fold(0u64, |n, &d| {
+        if len > 19 {
+            // Past 19 digits it may not fit: counted again, with overflow checks.
+            n = buf[start..i].iter().try_fold(0u64, |n, &d| {
                 n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-            })?
-        };
-        self.pos += len;
-        match self.peek() {
+            })?;
+        }
+        self.pos = i;
+        match buf.get(i) {
             Some(b'.' | b'e' | b'E') => None,
             _ => Some(n),
         }
@@ -1216,6 +1220,22 @@ fn raw_slot<'e, 'a>(ev: &'e mut StreamEvent<'a>, n: usize) -> &'e mut Option<&'a
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unsigned_reads_what_fits_a_u64_and_nothing_else() {
+        let read = |text: &str| {
+            let mut r = Reader::checked(text.as_bytes()).unwrap();
+            r.unsigned().map(|n| (n, r.pos))
+        };
+        assert_eq!(read("0"), Some((0, 1)));
+        assert_eq!(read("7,"), Some((7, 1)));
+        assert_eq!(read("1234}"), Some((1234, 4)));
+        assert_eq!(read("9999999999999999999"), Some((9_999_999_999_999_999_999, 19)));
+        assert_eq!(read("18446744073709551615"), Some((u64::MAX, 20)));
+        for bad in ["", "x", "-1", "01", "00", "1.0", "1e3", "1E3", "18446744073709551616", "99999999999999999999"] {
+            assert_eq!(read(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn control_or_high_sees_every_position() {

@@ -204,15 +204,37 @@ impl<A: Accumulate> Sink for Tap<'_, A> {
         let (used, payload, result) = self.acc.add_framed(rest, self.max_line)?;
         self.taken += 1;
         if let Err(error) = result {
-            self.refused.push(Refusal {
-                error,
-                index,
-                event: self.acc.framed_name().to_vec(),
-                offset,
-                data: rest[payload].to_vec(),
-            });
+            self.refuse(error, index, offset, &rest[payload]);
         }
         Some(used)
+    }
+
+    #[inline]
+    fn wholes(&mut self, rest: &[u8], index: u64, offset: u64) -> (usize, u64) {
+        let (mut used, mut events) = (0, 0);
+        while let Some((n, payload, result)) = self.acc.add_framed(&rest[used..], self.max_line) {
+            if let Err(error) = result {
+                let at = used + payload.start..used + payload.end;
+                self.refuse(error, index + events, offset + used as u64, &rest[at]);
+            }
+            used += n;
+            events += 1;
+        }
+        self.taken += events;
+        (used, events)
+    }
+}
+
+impl<A: Accumulate> Tap<'_, A> {
+    #[cold]
+    fn refuse(&mut self, error: AccumulateError, index: u64, offset: u64, data: &[u8]) {
+        self.refused.push(Refusal {
+            error,
+            index,
+            event: self.acc.framed_name().to_vec(),
+            offset,
+            data: data.to_vec(),
+        });
     }
 }
 
