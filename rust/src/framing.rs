@@ -188,15 +188,34 @@ pub trait Sink {
     /// [`Sink::whole`] as many times as it takes an event, each at the end of the one before:
     /// returns the bytes and the events taken (the framer takes the rest of `rest`). A sink
     /// may do this in one loop of its own, with the same result.
+    ///
+    /// It may also tell that the bytes after those are the start of an event the framer would
+    /// hold back for the next chunk (no CR, no LF but the `event:` line's, or one ending
+    /// `rest`, and no line over the size cap), saving the framer the look; false says
+    /// nothing.
     #[inline]
-    fn wholes(&mut self, rest: &[u8], index: u64, offset: u64) -> (usize, u64) {
+    fn wholes(&mut self, rest: &[u8], index: u64, offset: u64) -> Wholes {
         let (mut used, mut events) = (0, 0);
         while let Some(n) = self.whole(&rest[used..], index + events, offset + used as u64) {
             used += n;
             events += 1;
         }
-        (used, events)
+        Wholes {
+            used,
+            events,
+            then_prefix: false,
+        }
     }
+}
+
+/// What [`Sink::wholes`] took.
+pub struct Wholes {
+    /// The bytes taken.
+    pub used: usize,
+    /// The events taken.
+    pub events: u64,
+    /// The bytes after them start an event to hold back (see [`Sink::wholes`]).
+    pub then_prefix: bool,
 }
 
 /// A closure as a [`Sink`].
@@ -444,13 +463,22 @@ impl Framer {
         let mut start = 0usize;
         loop {
             if quick && self.line.is_empty() && self.block_is_clean() {
+                let taken = on_event.wholes(&chunk[start..], self.dispatched, base + start as u64);
+                if taken.events > 0 {
+                    debug_assert_eq!(
+                        self.quick_run(&chunk[start..start + taken.used]),
+                        taken.events
+                    );
+                    self.dispatched += taken.events;
+                    start += taken.used;
+                }
                 let rest = &chunk[start..];
-                let (used, events) = on_event.wholes(rest, self.dispatched, base + start as u64);
-                if events > 0 {
-                    debug_assert_eq!(self.quick_run(&rest[..used]), events);
-                    self.dispatched += events;
-                    start += used;
-                    continue;
+                if taken.then_prefix && !rest.is_empty() {
+                    debug_assert!(matches!(self.quick(rest), Quick::Prefix));
+                    self.tail.clear();
+                    self.tail.extend_from_slice(rest);
+                    self.tail_offset = base + start as u64;
+                    return Ok(());
                 }
                 match self.quick(rest) {
                     Quick::Event(name, data, used) => {

@@ -49,7 +49,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::framing::{Framer, RawEvent, Sink};
+use crate::framing::{Framer, RawEvent, Sink, Wholes};
 
 mod chat;
 mod fast;
@@ -97,6 +97,13 @@ pub trait Accumulate {
     fn framed_name(&self) -> &[u8] {
         b""
     }
+    /// Whether `bytes` (the end of a chunk, at an event boundary) is the start of an event
+    /// [`add_framed`](Self::add_framed) could take, that the framer would hold back for the
+    /// next chunk (see `framing::Sink::wholes`). False says nothing (the default).
+    fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
+        let _ = (bytes, max_line);
+        false
+    }
     /// The object built so far, as JSON (None before anything to build from).
     fn snapshot_json(&mut self) -> Option<Vec<u8>>;
     fn warnings(&self) -> &[String];
@@ -141,6 +148,9 @@ impl_accumulate!(
     },
     fn framed_name(&self) -> &[u8] {
         ResponseAccumulator::framed_name(self)
+    },
+    fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
+        ResponseAccumulator::framed_prefix(self, bytes, max_line)
     }
 );
 impl_accumulate!(ChatAccumulator);
@@ -210,7 +220,7 @@ impl<A: Accumulate> Sink for Tap<'_, A> {
     }
 
     #[inline]
-    fn wholes(&mut self, rest: &[u8], index: u64, offset: u64) -> (usize, u64) {
+    fn wholes(&mut self, rest: &[u8], index: u64, offset: u64) -> Wholes {
         let (mut used, mut events) = (0, 0);
         while let Some((n, payload, result)) = self.acc.add_framed(&rest[used..], self.max_line) {
             if let Err(error) = result {
@@ -221,7 +231,11 @@ impl<A: Accumulate> Sink for Tap<'_, A> {
             events += 1;
         }
         self.taken += events;
-        (used, events)
+        Wholes {
+            used,
+            events,
+            then_prefix: self.acc.framed_prefix(&rest[used..], self.max_line),
+        }
     }
 }
 

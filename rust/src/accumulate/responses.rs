@@ -50,6 +50,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::lex::same;
+
 use super::{
     apply_part, apply_text, event_error_warning, json, part_mut, read_stream_event,
     AccumulateError, Flavor, ItemKind, ItemStore, Shape, StreamEvent, TextAt, TextCap, TextSpec,
@@ -441,6 +443,34 @@ impl ResponseAccumulator {
         let shaped = self.shape.is_keyed().then_some(generation);
         let result = self.add_read(&ev, shaped);
         Some((used, self.frame.len()..end, result))
+    }
+
+    /// Whether `bytes` (the end of a chunk, at an event boundary) starts an event framed as
+    /// [`add_framed`](Self::add_framed) takes them, and is what the framer holds back for the
+    /// next chunk: a prefix of the SSE lines before the payload, or those lines and a data
+    /// line so far with no CR or LF (but one ending `bytes`), no line over `max_line`.
+    pub fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
+        if self.frame_generation.is_none() {
+            return false;
+        }
+        let frame = &self.frame[..];
+        // The `event:` line (without its LF), if any, and `data: `: within the cap.
+        if frame.len().saturating_sub(7) > max_line || 6 > max_line {
+            return false;
+        }
+        if bytes.len() <= frame.len() {
+            return frame.starts_with(bytes);
+        }
+        if !same(&bytes[..frame.len()], frame) {
+            return false;
+        }
+        let data = &bytes[frame.len()..];
+        // The data line so far, `data: ` included.
+        let line = data.len() + 6;
+        match memchr::memchr2(b'\n', b'\r', data) {
+            None => line <= max_line,
+            Some(i) => i + 1 == data.len() && data[i] == b'\n' && line - 1 <= max_line,
+        }
     }
 
     /// The SSE name of the events [`add_framed`](Self::add_framed) takes.

@@ -223,6 +223,26 @@ fn caps_refusals_and_errors_are_the_same_both_ways() {
     }
 }
 
+/// A line cap between the shortest and the longest data line of the deltas: the first line over
+/// it ends the stream with an error, raised at the same chunk both ways, however the chunks
+/// cut that line (the end of a chunk the tap holds back is within the cap).
+#[test]
+fn a_cap_among_the_line_lengths_errs_at_the_same_chunk_both_ways() {
+    let bytes = stream(40);
+    let lines: Vec<usize> = bytes
+        .split(|&b| b == b'\n')
+        .filter(|line| line.starts_with(b"data: {\"type\":\"response.output_text.delta\""))
+        .map(<[u8]>::len)
+        .collect();
+    let (shortest, longest) = (*lines.iter().min().unwrap(), *lines.iter().max().unwrap());
+    assert!(longest > shortest + 10);
+    for cap in shortest..=longest {
+        for size in (40..700).step_by(9) {
+            same_both_ways(&bytes, size, Some(cap), None);
+        }
+    }
+}
+
 #[test]
 fn odd_framing_is_the_same_both_ways() {
     let base = String::from_utf8(stream(30)).unwrap();
