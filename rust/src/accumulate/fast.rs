@@ -11,10 +11,9 @@
 
 use std::borrow::Cow;
 
-use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
-use super::{Str, StreamEvent};
+use super::{Str, StreamEvent, RAW_FIELDS};
 use crate::lex::{same, string_stop};
 
 const MAX_DEPTH: usize = 64;
@@ -702,16 +701,18 @@ impl<'a> Reader<'a> {
                     };
                     *int_slot(ev, n) = value;
                 }
+                // Built at once, in the pass that validates it (they are all read when
+                // present, and a whole response's text is worth one pass, not two).
                 Field::Raw(n) => {
-                    let value = if self.buf[self.pos..].starts_with(b"null") {
+                    if self.buf[self.pos..].starts_with(b"null") {
                         self.pos += 4;
-                        None
                     } else {
-                        let start = self.pos;
-                        self.value(0)?;
-                        Some(raw(&self.text[start..self.pos])?)
-                    };
-                    *raw_slot(ev, n) = value;
+                        let value = self.build(0)?;
+                        ev.built
+                            .get_or_insert_with(Default::default)
+                            .get_mut()
+                            .insert(RAW_FIELDS[n - 16].to_owned(), value);
+                    }
                 }
                 Field::Other => self.value(0)?,
             }
@@ -1148,16 +1149,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A kept value as serde would hold it: the slice this reader has just validated (strictly:
-/// it refuses whatever serde would, see the tests), without a second validating pass.
-fn raw(json: &str) -> Option<&RawValue> {
-    debug_assert!(serde_json::from_str::<&RawValue>(json).is_ok(), "{json}");
-    // SAFETY: `RawValue` is `#[repr(transparent)]` over `str` (serde_json's own
-    // `from_borrowed` is this transmute), and `json` is one valid JSON value without
-    // surrounding whitespace, which is what serde would have borrowed.
-    Some(unsafe { std::mem::transmute::<&str, &RawValue>(json) })
-}
-
 /// `json` (one JSON object, as validated by serde or this reader) as serde_json would parse
 /// it into a map, in one pass and with fewer copies; `None` when serde must decide (anything
 /// this reader leaves to serde, an integer out of `u64`/`i64`, `-0`, a float out of range).
@@ -1201,19 +1192,6 @@ fn int_slot<'e>(ev: &'e mut StreamEvent<'_>, n: usize) -> &'e mut Option<u64> {
         13 => &mut ev.content_index,
         14 => &mut ev.summary_index,
         _ => &mut ev.annotation_index,
-    }
-}
-
-fn raw_slot<'e, 'a>(ev: &'e mut StreamEvent<'a>, n: usize) -> &'e mut Option<&'a RawValue> {
-    match n {
-        16 => &mut ev.code,
-        17 => &mut ev.item,
-        18 => &mut ev.part,
-        19 => &mut ev.response,
-        20 => &mut ev.annotation,
-        21 => &mut ev.error,
-        22 => &mut ev.usage,
-        _ => &mut ev.message,
     }
 }
 
@@ -1304,11 +1282,22 @@ mod tests {
         }
     }
 
+    /// An event as comparable text: its fields, the kept ones (raw JSON from serde, values
+    /// built by this reader) as the values the accumulators read.
+    fn canonical(mut ev: StreamEvent<'_>) -> String {
+        let kept: Vec<(&str, Option<Value>)> =
+            RAW_FIELDS.iter().map(|&name| (name, ev.value(name))).collect();
+        (ev.code, ev.item, ev.part, ev.response) = (None, None, None, None);
+        (ev.annotation, ev.error, ev.usage, ev.message) = (None, None, None, None);
+        ev.built = None;
+        format!("{ev:?} {kept:?}")
+    }
+
     /// What serde makes of the payload (the reference), as comparable text.
     fn reference(payload: &[u8]) -> Option<String> {
         serde_json::from_slice::<StreamEvent<'_>>(payload)
             .ok()
-            .map(|ev| format!("{ev:?}"))
+            .map(canonical)
     }
 
     fn check(payload: &[u8]) -> bool {
@@ -1317,7 +1306,7 @@ mod tests {
             return false;
         }
         assert_eq!(
-            Some(format!("{ev:?}")),
+            Some(canonical(ev)),
             reference(payload),
             "fast reader disagrees with serde on {}",
             String::from_utf8_lossy(payload)

@@ -1185,14 +1185,15 @@ pub(crate) struct StreamEvent<'a> {
     #[serde(borrow)]
     pub message: Option<&'a RawValue>,
     /// The event's other read fields (the eight kept as raw JSON above), given as values already
-    /// built instead (see [`StreamEvent::from_value`]); then the raw fields are all `None`.
+    /// built instead (see [`StreamEvent::from_value`]; the fast reader builds them too); then
+    /// the raw fields are all `None`.
     /// [`StreamEvent::value`] takes each out (no copy): every raw field is read once at most.
     #[serde(skip)]
     pub built: Option<Box<std::cell::RefCell<Map<String, Value>>>>,
 }
 
-/// The fields of [`StreamEvent`] kept as raw JSON until used.
-#[cfg(any(feature = "python", test))]
+/// The fields of [`StreamEvent`] kept as raw JSON until used (or built at once, see `built`),
+/// in the order of `fast::field`'s numbers 16 to 23.
 const RAW_FIELDS: [&str; 8] = [
     "code",
     "item",
