@@ -406,3 +406,23 @@ def test_cr_anywhere_in_events_of_the_usual_shape(pure_decoder, native_decoder):
         for cut in range(len(data) + 1):
             chunks = [data[:cut], data[cut:]]
             assert _run(native_decoder(), chunks) == single, (data, cut)
+
+
+_FEEDS = {
+    "SSEDecoder": lambda: SSEDecoder().feed,
+    "EventDecoder": lambda: rapidsse.decoding.EventDecoder("responses").feed,
+    "ResponseAccumulator": lambda: rapidsse.ResponseAccumulator().feed,
+    "ChatAccumulator": lambda: rapidsse.ChatAccumulator().feed,
+}
+
+
+@pytest.mark.parametrize("feed", sorted(_FEEDS))
+def test_every_feed_takes_bytes_like_chunks_and_refuses_the_rest(feed):
+    for chunk in (b"data: {}\n\n", bytearray(b"data: {}\n\n"), memoryview(b"data: {}\n\n")):
+        _FEEDS[feed]()(chunk)
+    with pytest.raises(TypeError, match="got str"):
+        _FEEDS[feed]()("data: {}\n\n")
+    # Not bytes(5) (five NUL bytes), nor anything else that is not bytes-like.
+    for chunk in (5, None, [1, 2]):
+        with pytest.raises(TypeError, match="bytes-like object is required"):
+            _FEEDS[feed]()(chunk)

@@ -79,12 +79,13 @@ class _Accumulator(Generic[T]):
         """Payloads that could not be read at all (not JSON, not an object), with ``on_error="keep"``."""
         self._cached: Any = None
         self._cached_at = -1
-        self.add: Callable[[Any], None] = self._core.add
+        self.add: Callable[[Any], None] = self._core.direct_methods()[1]
         """Adds a typed event (from :func:`rapidsse.iter_events` / :func:`rapidsse.decode_realtime`).
 
         :class:`UnknownEvent` is added by its raw payload (so it is counted, not lost);
         :class:`InvalidEvent` was already reported by the decoder and is ignored. (The core's
-        own method, bound here: no Python frame per event.)"""
+        own method, bound here: no Python frame per event, and on the Rust backend no
+        argument parsing either.)"""
 
     def add_json(self, payload: Union[Bytes, str]) -> None:
         """Adds one event's JSON payload."""
@@ -173,7 +174,7 @@ class _SSEAccumulator(_Accumulator[T]):
     def __init__(self, *, on_error: OnError = "raise", max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE) -> None:
         super().__init__(on_error=on_error, max_event_size=max_event_size)
         self._core.set_on_rejected(_OnRejected(self))
-        self.feed: Callable[[Bytes], None] = self._core.feed
+        self.feed: Callable[[Bytes], None] = self._core.direct_methods()[0]
         """Raw SSE bytes (any chunking): frames them and adds every event, creating no Python
         object per event. With ``on_error="raise"`` a payload that is not a JSON object raises
         :class:`DecodeError` after the rest of the chunk was added; a delta that would take one

@@ -33,14 +33,14 @@ import json
 import re
 import unicodedata
 from json.decoder import scanstring as _scanstring
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
 from .._schema import UnknownEvent
 from ..decoding import InvalidEvent
 from ..errors import DecodeError, EventTooLarge
-from .framing import Framer
+from .framing import Framer, as_bytes
 from .guard import Exclusive
 
 _encode = msgspec.json.Encoder().encode
@@ -809,14 +809,7 @@ def _event_error_warning(ev: dict) -> str:
     return _error_warning(flat)
 
 
-def _as_bytes(data: Any) -> bytes:
-    if type(data) is bytes:
-        return data
-    if isinstance(data, bytearray):
-        return bytes(data)
-    if isinstance(data, str):
-        raise TypeError("expected bytes, bytearray or memoryview, got str (encode it as UTF-8 first)")
-    return bytes(data)
+_as_bytes = as_bytes
 
 
 # --------------------------------------------------------------------------------------------
@@ -1294,6 +1287,11 @@ class _Core:
     def set_on_rejected(self, handler: Any) -> None:
         """A callable that ``feed`` hands the rejected payloads to (then ``feed`` returns None)."""
         self._on_rejected = handler
+
+    def direct_methods(self) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
+        """``feed`` and ``add``, for the wrapper to bind (the Rust core's take their argument
+        without a method call's argument parsing; here they are the bound methods)."""
+        return self.feed, self.add
 
     def feed(self, data: Any) -> list[tuple] | None:
         with self._busy:

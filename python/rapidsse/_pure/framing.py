@@ -20,6 +20,17 @@ _POISONED = "the decoder stopped at an oversized event; call reset() to continue
 RawEvent = tuple[str, bytes, str, "int | None", int, int]
 
 
+def as_bytes(data: Any) -> bytes:
+    """A chunk as bytes: bytes, bytearray or any bytes-like object (as the Rust binding takes
+    them); a str or anything else raises TypeError."""
+    if type(data) is bytes:
+        return data
+    if isinstance(data, str):
+        raise TypeError("expected bytes, bytearray or memoryview, got str (encode it as UTF-8 first)")
+    # Through a memoryview: only a bytes-like object (``bytes(5)`` would make five NUL bytes).
+    return bytes(memoryview(data))
+
+
 class Framer:
     """Push-style SSE framer producing raw events (see :data:`RawEvent`)."""
 
@@ -95,8 +106,8 @@ class Framer:
         for every completed event. Raises :class:`EventTooLarge` (``out`` keeps what came before)."""
         if self._poisoned:
             raise SSEError(_POISONED)
-        if not isinstance(chunk, bytes):
-            chunk = bytes(chunk)
+        if type(chunk) is not bytes:
+            chunk = as_bytes(chunk)
         total = len(chunk)
         chunk_start = self._consumed
         self._consumed = chunk_start + total

@@ -137,6 +137,13 @@ pub(crate) struct Shape {
     fixed_len: usize,
     /// A delta hole and no hole of another read string (integer holes are sequence numbers).
     delta_only: bool,
+    /// The shape framed as whole SSE events (see [`Shape::set_frame`]): the bytes of its fixed
+    /// pieces, the pieces (fixed ones as ranges of `framed`), the length of the prefix and the
+    /// shortest such event.
+    framed: Vec<u8>,
+    framed_pieces: Vec<Piece>,
+    framed_prefix: usize,
+    framed_len: usize,
 }
 
 impl Shape {
@@ -264,25 +271,26 @@ impl Shape {
         prefix: &[u8],
         max_line: usize,
     ) -> Option<(usize, usize, Option<u64>, Cow<'a, str>)> {
-        // Too short to hold the event (at the end of a chunk, say), or no shape.
-        if self.pieces.is_empty()
-            || buf.len() < prefix.len() + self.fixed_len + 2
-            || !same(&buf[..prefix.len()], prefix)
+        // Too short to hold the event (at the end of a chunk, say), no shape, or not framed
+        // with this prefix (see `set_frame`).
+        if self.framed_pieces.is_empty()
+            || buf.len() < self.framed_len
+            || self.framed_prefix != prefix.len()
         {
             return None;
         }
-        let from = prefix.len();
+        debug_assert!(self.framed.starts_with(prefix));
         // Only methods that read `buf` are used: `text` would claim bytes not validated.
         let mut r = Reader {
             buf,
             text: "",
-            pos: from,
+            pos: 0,
         };
         let (mut delta, mut sequence) = (None, None);
-        for piece in &self.pieces {
+        for piece in &self.framed_pieces {
             match *piece {
                 Piece::Fixed { start, end } => {
-                    let fixed = &self.learned[start as usize..end as usize];
+                    let fixed = &self.framed[start as usize..end as usize];
                     let at = r.pos;
                     if !same(buf.get(at..at + fixed.len())?, fixed) {
                         return None;
@@ -295,14 +303,60 @@ impl Shape {
                 Piece::Skip => r.hole_skip()?,
             }
         }
-        let end = r.pos;
+        // The last piece ends with the blank line.
+        let used = r.pos;
+        let end = used - 2;
         let event_line = prefix.len().saturating_sub(7);
-        if buf.get(end..end + 2)? != b"\n\n" || end - from + 6 > max_line || event_line > max_line {
+        if end - prefix.len() + 6 > max_line || event_line > max_line {
             return None;
         }
         let delta = delta?;
         self.hits += 1;
-        Some((end, end + 2, sequence, delta))
+        Some((end, used, sequence, delta))
+    }
+
+    /// Frames the learned shape as whole SSE events for
+    /// [`read_framed_delta`](Self::read_framed_delta): `prefix` (the event's SSE lines before
+    /// its payload) joined to the first fixed piece, and the blank line to the last, so that
+    /// each is one comparison. Undone by the next learning.
+    pub(crate) fn set_frame(&mut self, prefix: &[u8]) {
+        self.framed.clear();
+        self.framed_pieces.clear();
+        self.framed.extend_from_slice(prefix);
+        let last = self.pieces.len().saturating_sub(1);
+        let mut open: Option<u32> = Some(0);
+        for (i, piece) in self.pieces.iter().enumerate() {
+            match *piece {
+                Piece::Fixed { start, end } => {
+                    let from = open.take().unwrap_or(self.framed.len() as u32);
+                    self.framed
+                        .extend_from_slice(&self.learned[start as usize..end as usize]);
+                    if i == last {
+                        self.framed.extend_from_slice(b"\n\n");
+                    }
+                    self.framed_pieces.push(Piece::Fixed {
+                        start: from,
+                        end: self.framed.len() as u32,
+                    });
+                }
+                hole => {
+                    if let Some(from) = open.take() {
+                        // A hole first (never, from `learn`): the prefix alone.
+                        self.framed_pieces.push(Piece::Fixed {
+                            start: from,
+                            end: self.framed.len() as u32,
+                        });
+                    }
+                    self.framed_pieces.push(hole);
+                }
+            }
+        }
+        if !matches!(self.pieces.last(), Some(Piece::Fixed { .. })) {
+            // Never, from `learn`: a shape always ends with its closing brace.
+            self.framed_pieces.clear();
+        }
+        self.framed_prefix = prefix.len();
+        self.framed_len = prefix.len() + self.fixed_len + 2;
     }
 
     fn fill_framed<'a>(
@@ -363,6 +417,7 @@ impl Shape {
         self.misses = self.misses.wrapping_add(1);
         if self.barren >= 8 && self.misses % 32 != 0 {
             self.pieces.clear();
+            self.framed_pieces.clear();
             self.generation += 1;
             return;
         }
@@ -380,6 +435,7 @@ impl Shape {
         self.ints.clear();
         self.keyed = true;
         self.delta_only = false;
+        self.framed_pieces.clear();
         // Events this long carry items, parts or whole responses, which are never learned
         // (below): not worth a pass over them to find out.
         if payload.len() > MAX_LEARNED {
@@ -1285,8 +1341,10 @@ mod tests {
     /// An event as comparable text: its fields, the kept ones (raw JSON from serde, values
     /// built by this reader) as the values the accumulators read.
     fn canonical(mut ev: StreamEvent<'_>) -> String {
-        let kept: Vec<(&str, Option<Value>)> =
-            RAW_FIELDS.iter().map(|&name| (name, ev.value(name))).collect();
+        let kept: Vec<(&str, Option<Value>)> = RAW_FIELDS
+            .iter()
+            .map(|&name| (name, ev.value(name)))
+            .collect();
         (ev.code, ev.item, ev.part, ev.response) = (None, None, None, None);
         (ev.annotation, ev.error, ev.usage, ev.message) = (None, None, None, None);
         ev.built = None;

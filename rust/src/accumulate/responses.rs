@@ -400,6 +400,7 @@ impl ResponseAccumulator {
                 }
                 self.frame.extend_from_slice(b"data: ");
                 self.frame_generation = Some(self.shape.generation());
+                self.shape.set_frame(&self.frame);
             }
         }
         result

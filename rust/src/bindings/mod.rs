@@ -70,8 +70,10 @@ pub(crate) fn with_bytes<R>(
             "expected bytes, bytearray or memoryview, got str (encode it as UTF-8 first)",
         ));
     }
+    // Through a memoryview: only a bytes-like object (`bytes(5)` would make five NUL bytes).
+    let view = pyo3::types::PyMemoryView::from(data)?;
     let bytes_type = py_bytes_type(data.py());
-    let copied = bytes_type.call1((data,))?;
+    let copied = bytes_type.call1((view,))?;
     let b = copied.cast::<pyo3::types::PyBytes>()?;
     f(b.as_bytes())
 }
