@@ -139,6 +139,7 @@ impl_accumulate!(
     fn add_sse(&mut self, name: &[u8], payload: &[u8]) -> Result<(), AccumulateError> {
         ResponseAccumulator::add_sse(self, name, payload)
     },
+    #[inline]
     fn add_framed(
         &mut self,
         bytes: &[u8],

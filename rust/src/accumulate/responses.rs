@@ -415,6 +415,7 @@ impl ResponseAccumulator {
     ///
     /// `max_line` is the framer's cap on a line: an event with a longer data line is left to
     /// the framer.
+    #[inline]
     pub fn add_framed(
         &mut self,
         bytes: &[u8],
