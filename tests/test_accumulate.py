@@ -418,3 +418,40 @@ def test_an_accumulator_is_freed_at_once_without_a_collection():
         assert ref() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("splice_min", [0, 1, 1024])
+def test_snapshot_with_texts_set_aside_equals_the_whole_json(monkeypatch, splice_min):
+    """The Rust core hands long texts beside the snapshot's JSON (written there as ""); put back,
+    the Response is the one the whole JSON decodes to, on every recording (at 0 and 1 bytes,
+    every text is set aside), midway and at the end, and with the texts in unknown items."""
+    from rapidsse import accumulate as acc_module
+    from rapidsse._schema import decode_lenient
+
+    monkeypatch.setattr(acc_module, "_SPLICE_MIN", splice_min)
+    set_aside = 0
+    for path in corpus_files("responses"):
+        data = path.read_bytes()
+        acc = rapidsse.ResponseAccumulator(on_error="skip")
+        for half in (data[: len(data) // 2], data[len(data) // 2 :]):
+            acc.feed(half)
+            whole = acc._core.snapshot_json()
+            expected = None if whole is None else decode_lenient(whole, rapidsse.responses.Response)
+            assert acc.response == expected, path.name
+            spliced = getattr(acc._core, "snapshot_spliced", None)
+            if spliced is not None and whole is not None:
+                set_aside += len(spliced(splice_min)[1])
+    if rapidsse.BACKEND == "rust" and splice_min < 1024:
+        assert set_aside > 50
+    # An item of a type the schemas do not know keeps its text in `data` (an UnknownVariant):
+    # that text goes back through the whole JSON.
+    events = [
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {"type": "hologram_call", "id": "h1", "content": [{"type": "output_text", "text": ""}]}},
+        {"type": "response.output_item.done", "output_index": 0,
+         "item": {"type": "hologram_call", "id": "h1", "content": [{"type": "output_text", "text": "x" * 2000}]}},
+    ]
+    acc = rapidsse.ResponseAccumulator()
+    acc.feed(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events))
+    assert acc.response.output[0].data["content"][0]["text"] == "x" * 2000
+    assert acc.response == decode_lenient(acc._core.snapshot_json(), rapidsse.responses.Response)

@@ -44,6 +44,51 @@ __all__ = [
 ]
 
 _encode = msgspec.json.Encoder().encode
+
+# Texts this long come beside a Rust core's snapshot JSON rather than in it (see `_put_text`).
+_SPLICE_MIN = 1024
+# Per Struct class: JSON name -> attribute name.
+_ATTRS: dict[type, dict[str, str]] = {}
+
+
+def _attr(cls: type, key: str) -> Union[str, None]:
+    names = _ATTRS.get(cls)
+    if names is None:
+        fields = getattr(cls, "__struct_fields__", ())
+        encoded = getattr(cls, "__struct_encode_fields__", fields)
+        names = _ATTRS[cls] = dict(zip(encoded, fields))
+    return names.get(key)
+
+
+def _put_text(node: Any, path: tuple[Union[str, int], ...], text: str) -> bool:
+    """Puts ``text`` at ``path`` (JSON keys and indices) in a decoded snapshot, where the JSON had
+    ``""``; False when the path does not lead to such a string (a part the schemas do not know,
+    kept as ``UnknownVariant``, say): then the caller decodes the whole JSON instead."""
+    *steps, last = path
+    for step in steps:
+        if isinstance(step, int):
+            if not isinstance(node, list) or step >= len(node):
+                return False
+            node = node[step]
+        elif isinstance(node, msgspec.Struct):
+            attr = _attr(type(node), step)
+            if attr is None:
+                return False
+            node = getattr(node, attr)
+        elif isinstance(node, dict) and step in node:
+            node = node[step]
+        else:
+            return False
+    if isinstance(node, msgspec.Struct) and isinstance(last, str):
+        attr = _attr(type(node), last)
+        if attr is None or getattr(node, attr) != "":
+            return False
+        setattr(node, attr, text)
+        return True
+    if isinstance(node, dict) and node.get(last) == "":
+        node[last] = text
+        return True
+    return False
 T = TypeVar("T")
 
 
@@ -122,6 +167,20 @@ class _Accumulator(Generic[T]):
     def _snapshot(self) -> Any:
         events = self._core.events()
         if events != self._cached_at:
+            spliced = getattr(self._core, "snapshot_spliced", None)
+            parts = spliced(_SPLICE_MIN) if spliced is not None else None
+            if parts is not None:
+                # Long texts come as str objects beside the JSON (written there as ""): put
+                # back where they were, they are neither escaped nor unescaped.
+                raw, texts = parts
+                try:
+                    snapshot = decode_lenient(raw, self._snapshot_type)
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                    snapshot = None  # decoded whole below, to report the error on the whole JSON
+                if snapshot is not None and all(_put_text(snapshot, path, text) for path, text in texts):
+                    self._cached = snapshot
+                    self._cached_at = events
+                    return snapshot
             raw = self._core.snapshot_json()
             if raw is None:
                 self._cached = None

@@ -76,6 +76,116 @@ pub(crate) fn write_objects(out: &mut Vec<u8>, objects: &[Map<String, Value>]) {
     out.push(b']');
 }
 
+/// A document written with its long texts set aside: the JSON, and each text with its path
+/// (see [`Splice`]).
+pub type Spliced<'v> = (Vec<u8>, Vec<(Vec<Step<'v>>, &'v str)>);
+
+/// One step of a path into a JSON document: an object's key or an array's index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step<'v> {
+    Key(&'v str),
+    Index(usize),
+}
+
+/// Writing a document with its long texts set aside: a string of at least `min_len` bytes under
+/// one of `keys` is written as `""`, and kept with its path (see [`Splice::texts`]). A reader
+/// that puts each text back at its path has the document [`write_value`] writes, without
+/// escaping the texts here and unescaping them there.
+pub(crate) struct Splice<'v> {
+    min_len: usize,
+    keys: &'static [&'static str],
+    path: Vec<Step<'v>>,
+    /// The texts set aside, in document order, each with its path.
+    pub texts: Vec<(Vec<Step<'v>>, &'v str)>,
+}
+
+impl<'v> Splice<'v> {
+    pub(crate) fn new(min_len: usize, keys: &'static [&'static str]) -> Self {
+        Splice {
+            min_len,
+            keys,
+            path: Vec::new(),
+            texts: Vec::new(),
+        }
+    }
+
+    /// [`write_value`], setting texts aside.
+    pub(crate) fn value(&mut self, out: &mut Vec<u8>, value: &'v Value) {
+        match value {
+            Value::Array(items) => self.array(out, items),
+            Value::Object(map) => self.object(out, map.iter()),
+            Value::String(text) if text.len() >= self.min_len => match self.path.last() {
+                Some(Step::Key(key)) if self.keys.contains(key) => {
+                    out.extend_from_slice(b"\"\"");
+                    self.texts.push((self.path.clone(), text));
+                }
+                _ => write_value(out, value),
+            },
+            _ => write_value(out, value),
+        }
+    }
+
+    /// [`write_array`], setting texts aside.
+    pub(crate) fn array<I>(&mut self, out: &mut Vec<u8>, items: I)
+    where
+        I: IntoIterator<Item = &'v Value>,
+    {
+        out.push(b'[');
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            self.path.push(Step::Index(i));
+            self.value(out, item);
+            self.path.pop();
+        }
+        out.push(b']');
+    }
+
+    /// [`write_object`], setting texts aside.
+    pub(crate) fn object<I>(&mut self, out: &mut Vec<u8>, entries: I)
+    where
+        I: IntoIterator<Item = (&'v String, &'v Value)>,
+    {
+        out.push(b'{');
+        for (i, (key, value)) in entries.into_iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_str(out, key);
+            out.push(b':');
+            self.path.push(Step::Key(key));
+            self.value(out, value);
+            self.path.pop();
+        }
+        out.push(b'}');
+    }
+
+    /// [`write_objects`] under `key` of the object being written, setting texts aside.
+    pub(crate) fn objects(&mut self, out: &mut Vec<u8>, objects: &'v [Map<String, Value>]) {
+        out.push(b'[');
+        for (i, object) in objects.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            self.path.push(Step::Index(i));
+            self.object(out, object.iter());
+            self.path.pop();
+        }
+        out.push(b']');
+    }
+
+    /// Enters the value under `key` (for a caller writing an object's entries itself).
+    pub(crate) fn enter(&mut self, key: &'v str) {
+        self.path.push(Step::Key(key));
+    }
+
+    /// Leaves the value entered last.
+    pub(crate) fn leave(&mut self) {
+        self.path.pop();
+    }
+}
+
 /// Appends `s` as a JSON string, escaped as serde_json escapes: `"` and `\` with a backslash,
 /// the control characters `\b \t \n \f \r` by name and the others as `\u00XX` (lowercase);
 /// everything else (DEL and non-ASCII included) as it is.
@@ -213,5 +323,61 @@ mod tests {
             }
         }
         assert!(written > 1000, "{written}");
+    }
+
+    /// Puts each set-aside text back at its path in the parsed spliced JSON.
+    fn put_back(mut doc: Value, texts: &[(Vec<Step<'_>>, &str)]) -> Value {
+        for (path, text) in texts {
+            let mut node = &mut doc;
+            for step in path {
+                node = match (step, node) {
+                    (Step::Key(key), Value::Object(map)) => map.get_mut(*key).unwrap(),
+                    (Step::Index(i), Value::Array(items)) => &mut items[*i],
+                    (step, node) => panic!("{step:?} does not lead into {node}"),
+                };
+            }
+            assert_eq!(node, &Value::String(String::new()));
+            *node = Value::String((*text).to_owned());
+        }
+        doc
+    }
+
+    #[test]
+    fn a_spliced_document_with_its_texts_put_back_is_the_document() {
+        const KEYS: &[&str] = &["text", "delta", "arguments", "id", "type"];
+        let (mut documents, mut set_aside) = (0, 0);
+        for lines in crate::accumulate::corpus_lines("") {
+            for json in &lines {
+                let Ok(value) = serde_json::from_str::<Value>(json) else {
+                    continue;
+                };
+                for min_len in [0, 1, 5, 100] {
+                    let mut splice = Splice::new(min_len, KEYS);
+                    let mut out = Vec::new();
+                    splice.value(&mut out, &value);
+                    let parsed: Value = serde_json::from_slice(&out).unwrap();
+                    assert!(splice.texts.iter().all(|(_, t)| t.len() >= min_len));
+                    set_aside += splice.texts.len();
+                    assert_eq!(put_back(parsed, &splice.texts), value, "{json}");
+                }
+                documents += 1;
+            }
+        }
+        assert!(
+            documents > 1000 && set_aside > 1000,
+            "{documents} {set_aside}"
+        );
+        // Only strings under the keys: an object or a number under one is written as it is.
+        let value: Value =
+            serde_json::from_str(r#"{"text":{"text":"abc"},"id":7,"x":"abc","y":["abc"]}"#)
+                .unwrap();
+        let mut splice = Splice::new(0, KEYS);
+        let mut out = Vec::new();
+        splice.value(&mut out, &value);
+        assert_eq!(out, br#"{"text":{"text":""},"id":7,"x":"abc","y":["abc"]}"#);
+        assert_eq!(
+            splice.texts,
+            vec![(vec![Step::Key("text"), Step::Key("text")], "abc")]
+        );
     }
 }

@@ -54,6 +54,7 @@ use crate::framing::{Framer, RawEvent, Sink, Wholes};
 mod chat;
 mod fast;
 mod json;
+pub use json::Step;
 #[cfg(test)]
 mod tap_tests;
 pub(crate) use fast::Shape;

@@ -165,6 +165,17 @@ fn is_used_type(kind: &str) -> bool {
         )
 }
 
+/// The fields whose long texts a spliced snapshot sets aside (see
+/// [`ResponseAccumulator::snapshot_spliced`]): free text, never a tag or an enum.
+const SPLICED_KEYS: &[&str] = &[
+    "text",
+    "arguments",
+    "refusal",
+    "code",
+    "input",
+    "transcript",
+];
+
 /// Builds a Responses API `Response` from its stream events. See the module docs.
 #[derive(Debug)]
 pub struct ResponseAccumulator {
@@ -713,30 +724,64 @@ impl ResponseAccumulator {
     /// The `Response` object built so far as JSON bytes (`None` before any event that
     /// carries or implies a response).
     pub fn snapshot_json(&mut self) -> Option<Vec<u8>> {
+        self.snapshot_with(|base, items, out| {
+            json::write_entries(out, base, |out, key, value| {
+                if key == "output" {
+                    json::write_objects(out, items);
+                } else {
+                    json::write_value(out, value);
+                }
+            });
+        })
+    }
+
+    /// [`snapshot_json`](Self::snapshot_json) with the texts of at least `min_len` bytes
+    /// (`text`, `arguments`, `refusal`, `code`, `input` and `transcript` fields) set
+    /// aside: written as `""`, and returned with their paths (see `json::Splice`).
+    pub fn snapshot_spliced(&mut self, min_len: usize) -> Option<json::Spliced<'_>> {
         self.flush_run();
-        let default_base;
-        let base = match &self.base {
-            Some(base) => base,
-            None if self.implied => {
-                default_base = Map::from_iter([
-                    ("id".to_owned(), Value::String(String::new())),
-                    ("object".to_owned(), Value::String("response".to_owned())),
-                    ("status".to_owned(), Value::String("in_progress".to_owned())),
-                    ("output".to_owned(), Value::Null),
-                ]);
-                &default_base
-            }
-            None => return None,
-        };
+        let default_base = self.default_base();
+        let base = self.base.as_ref().or(default_base.as_ref())?;
+        let items = self.items.items();
+        let mut splice = json::Splice::new(min_len, SPLICED_KEYS);
         let mut out = Vec::with_capacity(256);
         json::write_entries(&mut out, base, |out, key, value| {
             if key == "output" {
-                json::write_objects(out, self.items.items());
+                splice.enter("output");
+                splice.objects(out, items);
+                splice.leave();
             } else {
+                // Only the output holds long texts (the base's output is a placeholder).
                 json::write_value(out, value);
             }
         });
+        Some((out, splice.texts))
+    }
+
+    /// The base object a snapshot writes around the items (None: no snapshot yet).
+    fn snapshot_with(
+        &mut self,
+        write: impl FnOnce(&Map<String, Value>, &[Map<String, Value>], &mut Vec<u8>),
+    ) -> Option<Vec<u8>> {
+        self.flush_run();
+        let default_base = self.default_base();
+        let base = self.base.as_ref().or(default_base.as_ref())?;
+        let mut out = Vec::with_capacity(256);
+        write(base, self.items.items(), &mut out);
         Some(out)
+    }
+
+    /// The base of a snapshot before any lifecycle event, once an item, part or text event was
+    /// used; None otherwise.
+    fn default_base(&self) -> Option<Map<String, Value>> {
+        (self.base.is_none() && self.implied).then(|| {
+            Map::from_iter([
+                ("id".to_owned(), Value::String(String::new())),
+                ("object".to_owned(), Value::String("response".to_owned())),
+                ("status".to_owned(), Value::String("in_progress".to_owned())),
+                ("output".to_owned(), Value::Null),
+            ])
+        })
     }
 
     /// All `output_text` parts of `message` items, concatenated in output order.

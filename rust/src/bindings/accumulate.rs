@@ -567,6 +567,30 @@ accumulator_core!(
     ResponseCore,
     ResponseAccumulator,
     "Responses accumulator core.",
+    /// The snapshot with its texts of at least `min_len` bytes set aside (written as `""`):
+    /// `(json, [(path, text), ...])`, each path a tuple of keys and indices; None before a
+    /// snapshot exists. The wrapper decodes the JSON and puts each text back at its path: the
+    /// texts are not escaped here nor unescaped by msgspec.
+    fn snapshot_spliced<'py>(
+        &mut self,
+        py: Python<'py>,
+        min_len: usize,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyList>)>> {
+        let Some((json, texts)) = self.acc.snapshot_spliced(min_len) else {
+            return Ok(None);
+        };
+        let list = PyList::empty(py);
+        for (path, text) in texts {
+            let steps = path.iter().map(|step| match *step {
+                crate::accumulate::Step::Key(key) => PyString::new(py, key).into_any(),
+                crate::accumulate::Step::Index(i) => i
+                    .into_pyobject(py)
+                    .map_or_else(|never| match never {}, |i| i.into_any()),
+            });
+            list.append((PyTuple::new(py, steps)?, PyString::new(py, text)))?;
+        }
+        Ok(Some((PyBytes::new(py, &json), list)))
+    },
     /// All output_text of message items, concatenated in output order.
     fn output_text(&mut self) -> String {
         self.acc.output_text()
