@@ -81,6 +81,44 @@ const MAX_LEARNED: usize = 4096;
 /// The most pieces a [`Shape`] holds (a delta event has seven: four fixed runs, three holes).
 const MAX_PIECES: usize = 24;
 
+/// A string value read from a hole without building it: the text itself, or (with escapes) its
+/// JSON contents between the quotes, validated, for [`unescape_into`].
+#[derive(Debug)]
+pub(crate) enum Text<'a> {
+    Plain(&'a str),
+    Escaped(&'a str),
+}
+
+/// Appends the text of `raw`, the contents of a JSON string read as [`Text::Escaped`] (UTF-8,
+/// no control byte, no escape but `\" \\ \/ \b \f \n \r \t`), unescaped.
+pub(crate) fn unescape_into(out: &mut String, raw: &str) {
+    let bytes = raw.as_bytes();
+    out.reserve(bytes.len());
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\\', &bytes[from..]) {
+        let at = from + i;
+        out.push_str(&raw[from..at]);
+        let c = match bytes.get(at + 1) {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            other => {
+                // Not from `Reader::hole_text`, which refuses any other escape.
+                debug_assert!(false, "unexpected escape {other:?}");
+                '\\'
+            }
+        };
+        out.push(c);
+        from = at + 2;
+    }
+    out.push_str(&raw[from.min(raw.len())..]);
+}
+
 /// One piece of a [`Shape`]: bytes matched exactly, or a hole read afresh.
 #[derive(Clone, Copy, Debug)]
 enum Piece {
@@ -270,7 +308,7 @@ impl Shape {
         buf: &'a [u8],
         prefix: &[u8],
         max_line: usize,
-    ) -> Option<(usize, usize, Option<u64>, Cow<'a, str>)> {
+    ) -> Option<(usize, usize, Option<u64>, Text<'a>)> {
         // Too short to hold the event (at the end of a chunk, say), no shape, or not framed
         // with this prefix (see `set_frame`).
         if self.framed_pieces.is_empty()
@@ -297,7 +335,7 @@ impl Shape {
                     }
                     r.pos = at + fixed.len();
                 }
-                Piece::Str(3) => delta = Some(r.hole_string()?),
+                Piece::Str(3) => delta = Some(r.hole_text()?),
                 Piece::Int(11) => sequence = Some(r.unsigned()?),
                 Piece::Str(_) | Piece::Int(_) => return None,
                 Piece::Skip => r.hole_skip()?,
@@ -891,6 +929,39 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// [`hole_string`](Self::hole_string) without building an escaped string: its validated
+    /// contents are given instead (a `\u` escape is refused, as [`skip_string`](Self::skip_string)
+    /// refuses it).
+    #[inline(always)]
+    fn hole_text(&mut self) -> Option<Text<'a>> {
+        let start = self.pos;
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let mut ascii = true;
+        let (end, stop) = string_stop(self.buf, start + 1, &mut ascii)?;
+        match stop {
+            b'"' => {
+                let bytes = &self.buf[start + 1..end];
+                let text = if ascii {
+                    // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
+                    unsafe { std::str::from_utf8_unchecked(bytes) }
+                } else {
+                    std::str::from_utf8(bytes).ok()?
+                };
+                self.pos = end + 1;
+                Some(Text::Plain(text))
+            }
+            b'\\' => {
+                self.skip_string()?;
+                let hole = Reader::checked(&self.buf[start..self.pos])?;
+                Some(Text::Escaped(&hole.text[1..hole.text.len() - 1]))
+            }
+            // A control byte.
+            _ => None,
+        }
+    }
+
     /// [`skip_value`](Self::skip_value) in a buffer not validated as a whole (see
     /// [`Shape::read_framed`]): the value's bytes are validated as [`Reader::checked`] does.
     #[inline(always)]
@@ -1254,6 +1325,50 @@ fn int_slot<'e>(ev: &'e mut StreamEvent<'_>, n: usize) -> &'e mut Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hole_text_unescaped_is_the_string_the_reader_builds() {
+        let pieces = [
+            "a", "\\n", "\\\"", "\\\\", "\\/", "\\b", "\\f", "\\r", "\\t", "é", "😀", " ",
+            "\\u00e9", "\\q", "\u{1}", "\\",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut checked = 0;
+        for _ in 0..20_000 {
+            let mut json = String::from("\"");
+            for _ in 0..state % 7 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                json.push_str(pieces[(state % pieces.len() as u64) as usize]);
+            }
+            json.push_str("\",");
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+
+            let mut r = Reader {
+                buf: json.as_bytes(),
+                text: "",
+                pos: 0,
+            };
+            let Some(text) = r.hole_text() else {
+                continue;
+            };
+            let mut out = String::from("before");
+            match text {
+                Text::Plain(t) => out.push_str(t),
+                Text::Escaped(raw) => unescape_into(&mut out, raw),
+            }
+            // The reader, on the bytes the hole took, reads the same string from all of them.
+            let mut reference = Reader::checked(&json.as_bytes()[..r.pos]).expect("valid");
+            let string = reference.string().expect("a string");
+            assert_eq!(reference.pos, r.pos, "{json}");
+            assert_eq!(&out[6..], &*string, "{json}");
+            checked += 1;
+        }
+        assert!(checked > 5_000, "{checked}");
+    }
 
     #[test]
     fn unsigned_reads_what_fits_a_u64_and_nothing_else() {

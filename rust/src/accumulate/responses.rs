@@ -53,9 +53,9 @@ use serde_json::{Map, Value};
 use crate::lex::same;
 
 use super::{
-    apply_part, apply_text, event_error_warning, json, part_mut, read_stream_event,
-    AccumulateError, Flavor, ItemKind, ItemStore, Shape, StreamEvent, TextAt, TextCap, TextSpec,
-    TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
+    apply_part, apply_text, event_error_warning, fast, fast::Text, json, part_mut,
+    read_stream_event, AccumulateError, Flavor, ItemKind, ItemStore, Shape, StreamEvent, TextAt,
+    TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const OUTPUT_TEXT: TextSpec = TextSpec {
@@ -445,7 +445,10 @@ impl ResponseAccumulator {
         {
             let (end, used, sequence, delta) =
                 self.shape.read_framed_delta(bytes, &self.frame, max_line)?;
-            let result = self.continue_run(&delta, sequence)?;
+            let result = match delta {
+                Text::Plain(text) => self.continue_run(text, sequence)?,
+                Text::Escaped(raw) => self.continue_run_escaped(raw, sequence)?,
+            };
             self.shape_run = Some((generation, self.events));
             return Some((used, self.frame.len()..end, result));
         }
@@ -546,6 +549,26 @@ impl ResponseAccumulator {
         self.events += 1;
         self.sequence(sequence_number);
         self.append_to_run(delta);
+        Some(self.cap.check(self.events - 1))
+    }
+
+    /// [`continue_run`](Self::continue_run) of a delta given as the escaped contents of its
+    /// JSON string (see `fast::Text::Escaped`): unescaped straight into the run.
+    #[inline]
+    fn continue_run_escaped(
+        &mut self,
+        raw: &str,
+        sequence_number: Option<u64>,
+    ) -> Option<Result<(), AccumulateError>> {
+        self.run.key.as_ref()?;
+        self.events += 1;
+        self.sequence(sequence_number);
+        let before = self.run.text.len();
+        fast::unescape_into(&mut self.run.text, raw);
+        let added = self.run.text.len() - before;
+        if !self.cap.admits(self.run.base + before, added) {
+            self.run.text.truncate(before);
+        }
         Some(self.cap.check(self.events - 1))
     }
 
