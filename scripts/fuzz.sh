@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the rapidsse core with libFuzzer: bash scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #
-# Targets (fuzz/fuzz_targets/): framer, scan, batch, accumulate. Default: 60 s each, all four.
+# Targets (fuzz/fuzz_targets/): framer, scan, batch, accumulate, tap. Default: 60 s each, all five.
 # Seeds come from the recorded corpus (../shared/corpus, or $RAPIDSSE_CORPUS) into fuzz/corpus/<target>
 # (git-ignored); crashes land in fuzz/artifacts/<target>/. Replay one with
 #   bash scripts/fuzz.sh replay <target> <file>
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-TARGETS_ALL=(framer scan batch accumulate)
+TARGETS_ALL=(framer scan batch accumulate tap)
 TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
 STABLE_FLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
@@ -66,6 +66,7 @@ for kind in ("responses", "chat"):
         data = path.read_bytes()
         for i, start in enumerate(range(0, min(len(data), 32768), 4096)):
             put("framer", bytes([(i * 37) % 256, i % 256, 7]) + data[start : start + 4096])
+            put("tap", bytes([(i * 53) % 256, (i * 11) % 256, i % 3]) + data[start : start + 4096])
         ps = payloads(data)
         for p in ps[:40]:
             put("scan", p[:4096])
