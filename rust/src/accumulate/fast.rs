@@ -895,42 +895,23 @@ impl<'a> Reader<'a> {
     }
 
     /// [`string`](Self::string) in a buffer not validated as a whole (see
-    /// [`Shape::read_framed`]): the string's bytes are validated as [`Reader::checked`] does.
+    /// [`Shape::read_framed`]): the string's bytes are validated as [`Reader::checked`] does
+    /// (a `\u` escape is refused, see [`hole_text`](Self::hole_text)).
     #[inline(always)]
     fn hole_string(&mut self) -> Option<Cow<'a, str>> {
-        let start = self.pos;
-        if self.peek()? != b'"' {
-            return None;
-        }
-        let mut ascii = true;
-        let (end, stop) = string_stop(self.buf, start + 1, &mut ascii)?;
-        match stop {
-            // The usual case: no escapes.
-            b'"' => {
-                let bytes = &self.buf[start + 1..end];
-                let text = if ascii {
-                    // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
-                    unsafe { std::str::from_utf8_unchecked(bytes) }
-                } else {
-                    std::str::from_utf8(bytes).ok()?
-                };
-                self.pos = end + 1;
-                Some(Cow::Borrowed(text))
+        Some(match self.hole_text()? {
+            Text::Plain(text) => Cow::Borrowed(text),
+            Text::Escaped(raw) => {
+                let mut text = String::with_capacity(raw.len());
+                unescape_into(&mut text, raw);
+                Cow::Owned(text)
             }
-            b'\\' => {
-                self.skip_string()?;
-                let mut hole = Reader::checked(&self.buf[start..self.pos])?;
-                let value = hole.string()?;
-                debug_assert_eq!(hole.pos, hole.buf.len());
-                Some(value)
-            }
-            // A control byte.
-            _ => None,
-        }
+        })
     }
 
-    /// [`hole_string`](Self::hole_string) without building an escaped string: its validated
-    /// contents are given instead (a `\u` escape is refused, as [`skip_string`](Self::skip_string)
+    /// A string in a buffer not validated as a whole (see [`Shape::read_framed`]), its bytes
+    /// validated as [`Reader::checked`] does, not built: the text, or with escapes their
+    /// validated contents (a `\u` escape is refused, as [`skip_string`](Self::skip_string)
     /// refuses it).
     #[inline(always)]
     fn hole_text(&mut self) -> Option<Text<'a>> {

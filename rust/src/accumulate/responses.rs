@@ -545,11 +545,7 @@ impl ResponseAccumulator {
         delta: &str,
         sequence_number: Option<u64>,
     ) -> Option<Result<(), AccumulateError>> {
-        self.run.key.as_ref()?;
-        self.events += 1;
-        self.sequence(sequence_number);
-        self.append_to_run(delta);
-        Some(self.cap.check(self.events - 1))
+        self.continue_run_with(sequence_number, |text| text.push_str(delta))
     }
 
     /// [`continue_run`](Self::continue_run) of a delta given as the escaped contents of its
@@ -560,11 +556,21 @@ impl ResponseAccumulator {
         raw: &str,
         sequence_number: Option<u64>,
     ) -> Option<Result<(), AccumulateError>> {
+        self.continue_run_with(sequence_number, |text| fast::unescape_into(text, raw))
+    }
+
+    /// Continues the run with the delta `append` writes, taken back if the text cap refuses it.
+    #[inline(always)]
+    fn continue_run_with(
+        &mut self,
+        sequence_number: Option<u64>,
+        append: impl FnOnce(&mut String),
+    ) -> Option<Result<(), AccumulateError>> {
         self.run.key.as_ref()?;
         self.events += 1;
         self.sequence(sequence_number);
         let before = self.run.text.len();
-        fast::unescape_into(&mut self.run.text, raw);
+        append(&mut self.run.text);
         let added = self.run.text.len() - before;
         if !self.cap.admits(self.run.base + before, added) {
             self.run.text.truncate(before);
