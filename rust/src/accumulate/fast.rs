@@ -217,7 +217,7 @@ impl Shape {
     pub(crate) fn read<'a>(&mut self, payload: &'a [u8], ev: &mut StreamEvent<'a>) -> bool {
         let hit = (|| {
             let mut r = Reader::checked(payload)?;
-            self.fill(&mut r, ev)
+            self.fill::<false>(&mut r, ev)
         })()
         .is_some();
         if hit {
@@ -226,7 +226,14 @@ impl Shape {
         hit
     }
 
-    fn fill<'a>(&self, r: &mut Reader<'a>, ev: &mut StreamEvent<'a>) -> Option<()> {
+    /// Reads the pieces from `r`. `FRAMED`: `r` is raw stream bytes, not validated as a whole,
+    /// read up to where the pieces end (see [`Shape::read_framed`]); otherwise `r` is a checked
+    /// payload, read to its end.
+    fn fill<'a, const FRAMED: bool>(
+        &self,
+        r: &mut Reader<'a>,
+        ev: &mut StreamEvent<'a>,
+    ) -> Option<()> {
         let mut starts = [0usize; MAX_PIECES];
         for (i, piece) in self.pieces.iter().enumerate() {
             match *piece {
@@ -239,17 +246,35 @@ impl Shape {
                     starts[i] = at;
                     r.pos = at + fixed.len();
                 }
-                Piece::Str(n) => *str_slot(ev, n.into()) = Some(Str(r.string()?)),
+                Piece::Str(n) => {
+                    let text = if FRAMED {
+                        r.hole_string()?
+                    } else {
+                        r.string()?
+                    };
+                    *str_slot(ev, n.into()) = Some(Str(text));
+                }
                 Piece::Int(n) => *int_slot(ev, n.into()) = Some(r.unsigned()?),
+                Piece::Skip if FRAMED => r.hole_skip()?,
                 Piece::Skip => r.skip_value()?,
             }
         }
-        if r.pos != r.buf.len() {
+        if !FRAMED && r.pos != r.buf.len() {
             return None;
         }
         for &(n, piece, offset, len) in &self.strs {
             let at = starts[usize::from(piece)] + offset as usize;
-            *str_slot(ev, n.into()) = Some(Str(Cow::Borrowed(r.text.get(at..at + len as usize)?)));
+            let text = if FRAMED {
+                let bytes = r.buf.get(at..at + len as usize)?;
+                debug_assert!(std::str::from_utf8(bytes).is_ok());
+                // SAFETY: a fixed piece equals the learned payload's bytes at the same place,
+                // where this was a whole string value (quote-delimited, no escapes) of a
+                // payload that `Reader::checked` found to be UTF-8.
+                unsafe { std::str::from_utf8_unchecked(bytes) }
+            } else {
+                r.text.get(at..at + len as usize)?
+            };
+            *str_slot(ev, n.into()) = Some(Str(Cow::Borrowed(text)));
         }
         for &(n, value) in &self.ints {
             *int_slot(ev, n.into()) = Some(value);
@@ -284,7 +309,14 @@ impl Shape {
             return None;
         }
         let from = prefix.len();
-        let end = self.fill_framed(buf, from, ev)?;
+        // Only methods that read `buf` are used: `text` would claim bytes not validated.
+        let mut r = Reader {
+            buf,
+            text: "",
+            pos: from,
+        };
+        self.fill::<true>(&mut r, ev)?;
+        let end = r.pos;
         // The data line is `data: ` and the payload.
         // The event line, if any, is the prefix without its LF and `data: `.
         let event_line = prefix.len().saturating_sub(7);
@@ -395,51 +427,6 @@ impl Shape {
         }
         self.framed_prefix = prefix.len();
         self.framed_len = prefix.len() + self.fixed_len + 2;
-    }
-
-    fn fill_framed<'a>(
-        &self,
-        buf: &'a [u8],
-        from: usize,
-        ev: &mut StreamEvent<'a>,
-    ) -> Option<usize> {
-        let mut starts = [0usize; MAX_PIECES];
-        // Only methods that read `buf` are used: `text` would claim bytes not validated.
-        let mut r = Reader {
-            buf,
-            text: "",
-            pos: from,
-        };
-        for (i, piece) in self.pieces.iter().enumerate() {
-            match *piece {
-                Piece::Fixed { start, end } => {
-                    let fixed = &self.learned[start as usize..end as usize];
-                    let at = r.pos;
-                    if !same(buf.get(at..at + fixed.len())?, fixed) {
-                        return None;
-                    }
-                    starts[i] = at;
-                    r.pos = at + fixed.len();
-                }
-                Piece::Str(n) => *str_slot(ev, n.into()) = Some(Str(r.hole_string()?)),
-                Piece::Int(n) => *int_slot(ev, n.into()) = Some(r.unsigned()?),
-                Piece::Skip => r.hole_skip()?,
-            }
-        }
-        for &(n, piece, offset, len) in &self.strs {
-            let at = starts[usize::from(piece)] + offset as usize;
-            let bytes = buf.get(at..at + len as usize)?;
-            debug_assert!(std::str::from_utf8(bytes).is_ok());
-            // SAFETY: a fixed piece equals the learned payload's bytes at the same place,
-            // where this was a whole string value (quote-delimited, no escapes) of a payload
-            // that `Reader::checked` found to be UTF-8.
-            let text = unsafe { std::str::from_utf8_unchecked(bytes) };
-            *str_slot(ev, n.into()) = Some(Str(Cow::Borrowed(text)));
-        }
-        for &(n, value) in &self.ints {
-            *int_slot(ev, n.into()) = Some(value);
-        }
-        Some(r.pos)
     }
 
     /// After a miss and a general read of `payload`: learns its shape, unless shapes keep
