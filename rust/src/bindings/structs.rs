@@ -428,7 +428,8 @@ fn walk(
         return Some(Value::Object(map));
     }
     let shape = shape_of(obj)?;
-    let mut map = Map::new();
+    // At most a key a field and the tag: no growing on the way.
+    let mut map = Map::with_capacity(shape.fields.len() + 1);
     if let Some((field, tag)) = &shape.tag {
         map.insert(field.clone(), tag.clone());
     }
