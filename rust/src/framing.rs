@@ -185,6 +185,13 @@ pub trait Sink {
         None
     }
 
+    /// Whether [`Sink::whole`] may take an event now: when false, the framer does not copy
+    /// bytes to offer it. The default: never.
+    #[inline(always)]
+    fn takes_whole(&self) -> bool {
+        false
+    }
+
     /// [`Sink::whole`] as many times as it takes an event, each at the end of the one before:
     /// returns the bytes and the events taken (the framer takes the rest of `rest`). A sink
     /// may do this in one loop of its own, with the same result.
@@ -407,8 +414,12 @@ impl Framer {
             let held = tail.len();
             // First offered to the sink with the start of this chunk: it finds the event's end
             // itself when it takes the event.
-            tail.extend_from_slice(&chunk[..chunk.len().min(OFFER)]);
-            let offered = on_event.whole(&tail, self.dispatched, tail_offset);
+            let offered = if on_event.takes_whole() {
+                tail.extend_from_slice(&chunk[..chunk.len().min(OFFER)]);
+                on_event.whole(&tail, self.dispatched, tail_offset)
+            } else {
+                None
+            };
             if let Some(used) = offered {
                 // The held-back bytes hold no blank line: the event ends in this chunk.
                 debug_assert!(used > held);

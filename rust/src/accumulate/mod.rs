@@ -94,6 +94,11 @@ pub trait Accumulate {
         let _ = (bytes, max_line);
         None
     }
+    /// Whether [`add_framed`](Self::add_framed) may take an event (a shape is learned and
+    /// framed). The default: never.
+    fn takes_framed(&self) -> bool {
+        false
+    }
     /// The SSE name of the events [`add_framed`](Self::add_framed) takes.
     fn framed_name(&self) -> &[u8] {
         b""
@@ -150,6 +155,10 @@ impl_accumulate!(
     },
     fn framed_name(&self) -> &[u8] {
         ResponseAccumulator::framed_name(self)
+    },
+    #[inline]
+    fn takes_framed(&self) -> bool {
+        ResponseAccumulator::takes_framed(self)
     },
     fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
         ResponseAccumulator::framed_prefix(self, bytes, max_line)
@@ -209,6 +218,11 @@ impl<A: Accumulate> Sink for Tap<'_, A> {
                 data: e.data.to_vec(),
             });
         }
+    }
+
+    #[inline]
+    fn takes_whole(&self) -> bool {
+        self.acc.takes_framed()
     }
 
     #[inline]

@@ -489,6 +489,13 @@ impl ResponseAccumulator {
         }
     }
 
+    /// Whether [`add_framed`](Self::add_framed) may take an event: a shape is learned and
+    /// framed.
+    #[inline]
+    pub fn takes_framed(&self) -> bool {
+        self.frame_generation == Some(self.shape.generation())
+    }
+
     /// The SSE name of the events [`add_framed`](Self::add_framed) takes.
     pub fn framed_name(&self) -> &[u8] {
         self.frame
