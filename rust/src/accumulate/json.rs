@@ -28,14 +28,7 @@ pub(crate) fn write_array<'v, I>(out: &mut Vec<u8>, items: I)
 where
     I: IntoIterator<Item = &'v Value>,
 {
-    out.push(b'[');
-    for (i, item) in items.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_value(out, item);
-    }
-    out.push(b']');
+    write_list(out, items, |out, _, item| write_value(out, item));
 }
 
 /// Appends a JSON object of `entries`, in their order.
@@ -46,11 +39,27 @@ where
     write_entries(out, entries, |out, _, value| write_value(out, value));
 }
 
+/// Appends a JSON array of `items`, each written by `write` (given its index).
+pub(crate) fn write_list<T, I, F>(out: &mut Vec<u8>, items: I, mut write: F)
+where
+    I: IntoIterator<Item = T>,
+    F: FnMut(&mut Vec<u8>, usize, T),
+{
+    out.push(b'[');
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write(out, i, item);
+    }
+    out.push(b']');
+}
+
 /// Appends a JSON object of `entries`, each value written by `write` (given its key).
 pub(crate) fn write_entries<'v, V: 'v, I, F>(out: &mut Vec<u8>, entries: I, mut write: F)
 where
     I: IntoIterator<Item = (&'v String, &'v V)>,
-    F: FnMut(&mut Vec<u8>, &str, &V),
+    F: FnMut(&mut Vec<u8>, &'v str, &'v V),
 {
     out.push(b'{');
     for (i, (key, value)) in entries.into_iter().enumerate() {
@@ -66,14 +75,9 @@ where
 
 /// Appends a list of objects (the items of a response, the choices of a completion).
 pub(crate) fn write_objects(out: &mut Vec<u8>, objects: &[Map<String, Value>]) {
-    out.push(b'[');
-    for (i, object) in objects.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_object(out, object.iter());
-    }
-    out.push(b']');
+    write_list(out, objects, |out, _, object| {
+        write_object(out, object.iter())
+    });
 }
 
 /// A document written with its long texts set aside: the JSON, and each text with its path
@@ -130,16 +134,9 @@ impl<'v> Splice<'v> {
     where
         I: IntoIterator<Item = &'v Value>,
     {
-        out.push(b'[');
-        for (i, item) in items.into_iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            self.path.push(Step::Index(i));
-            self.value(out, item);
-            self.path.pop();
-        }
-        out.push(b']');
+        write_list(out, items, |out, i, item| {
+            self.under(Step::Index(i), |s| s.value(out, item))
+        });
     }
 
     /// [`write_object`], setting texts aside.
@@ -147,41 +144,22 @@ impl<'v> Splice<'v> {
     where
         I: IntoIterator<Item = (&'v String, &'v Value)>,
     {
-        out.push(b'{');
-        for (i, (key, value)) in entries.into_iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_str(out, key);
-            out.push(b':');
-            self.path.push(Step::Key(key));
-            self.value(out, value);
-            self.path.pop();
-        }
-        out.push(b'}');
+        write_entries(out, entries, |out, key, value| {
+            self.under(Step::Key(key), |s| s.value(out, value))
+        });
     }
 
-    /// [`write_objects`] under `key` of the object being written, setting texts aside.
+    /// [`write_objects`], setting texts aside.
     pub(crate) fn objects(&mut self, out: &mut Vec<u8>, objects: &'v [Map<String, Value>]) {
-        out.push(b'[');
-        for (i, object) in objects.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            self.path.push(Step::Index(i));
-            self.object(out, object.iter());
-            self.path.pop();
-        }
-        out.push(b']');
+        write_list(out, objects, |out, i, object| {
+            self.under(Step::Index(i), |s| s.object(out, object.iter()))
+        });
     }
 
-    /// Enters the value under `key` (for a caller writing an object's entries itself).
-    pub(crate) fn enter(&mut self, key: &'v str) {
-        self.path.push(Step::Key(key));
-    }
-
-    /// Leaves the value entered last.
-    pub(crate) fn leave(&mut self) {
+    /// `write` with `step` on the path (for a caller writing some of a document itself).
+    pub(crate) fn under(&mut self, step: Step<'v>, write: impl FnOnce(&mut Self)) {
+        self.path.push(step);
+        write(self);
         self.path.pop();
     }
 }

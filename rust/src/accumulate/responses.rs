@@ -783,9 +783,7 @@ impl ResponseAccumulator {
         let mut out = Vec::with_capacity(256);
         json::write_entries(&mut out, base, |out, key, value| {
             if key == "output" {
-                splice.enter("output");
-                splice.objects(out, items);
-                splice.leave();
+                splice.under(json::Step::Key("output"), |s| s.objects(out, items));
             } else {
                 // Only the output holds long texts (the base's output is a placeholder).
                 json::write_value(out, value);
