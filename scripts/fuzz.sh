@@ -2,7 +2,7 @@
 # Fuzzes the rapidsse core with libFuzzer: bash scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #
 # Targets (fuzz/fuzz_targets/): framer, scan, batch, accumulate, tap. Default: 60 s each, all five.
-# Seeds come from the recorded corpus (../shared/corpus, or $RAPIDSSE_CORPUS) into fuzz/corpus/<target>
+# Seeds come from the recorded corpus (tests/corpus, or $RAPIDSSE_CORPUS) into fuzz/corpus/<target>
 # (git-ignored); crashes land in fuzz/artifacts/<target>/. Replay one with
 #   bash scripts/fuzz.sh replay <target> <file>
 #
@@ -50,7 +50,7 @@ import hashlib, os, sys
 from pathlib import Path
 
 root = Path(sys.argv[1])
-corpus = Path(os.environ.get("RAPIDSSE_CORPUS", root.parent / "shared" / "corpus"))
+corpus = Path(os.environ.get("RAPIDSSE_CORPUS", root / "tests" / "corpus"))
 out = root / "fuzz" / "corpus"
 
 def put(target, data):

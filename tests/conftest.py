@@ -11,7 +11,7 @@ import pytest
 import rapidsse
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("RAPIDSSE_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = Path(os.environ.get("RAPIDSSE_CORPUS", ROOT / "tests" / "corpus"))
 
 try:
     from rapidsse import _rapidsse as native
@@ -27,7 +27,7 @@ def corpus_files(kind: str) -> list[Path]:
     folder = CORPUS / kind
     if not folder.is_dir():
         raise RuntimeError(
-            f"the recorded corpus is missing at {folder}; it comes from ../shared/corpus "
+            f"the recorded corpus is missing at {folder}; it lives in tests/corpus "
             "(set RAPIDSSE_CORPUS to point elsewhere)"
         )
     files = sorted(p for p in folder.iterdir() if p.suffix in (".sse", ".jsonl"))

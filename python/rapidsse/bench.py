@@ -229,11 +229,11 @@ class Recording:
 
 
 def corpus_dir() -> Path:
-    """Where the recordings are: ``$RAPIDSSE_CORPUS``, else ``../shared/corpus`` beside the checkout."""
+    """Where the recordings are: ``$RAPIDSSE_CORPUS``, else ``tests/corpus`` of the checkout."""
     configured = os.environ.get("RAPIDSSE_CORPUS")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+    return Path(__file__).resolve().parents[2] / "tests" / "corpus"
 
 
 def corpus_recordings(root: Path | None = None) -> list[Recording]:

@@ -535,7 +535,6 @@ pub(crate) fn corpus_dir(kind: &str) -> std::path::PathBuf {
     [
         std::env::var_os("RAPIDSSE_CORPUS").map(std::path::PathBuf::from),
         Some(manifest.join("tests/corpus")),
-        Some(manifest.join("../shared/corpus")),
     ]
     .into_iter()
     .flatten()

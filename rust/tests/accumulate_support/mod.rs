@@ -7,13 +7,12 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-/// `$RAPIDSSE_CORPUS`, else `tests/corpus` in the repository, else `../shared/corpus` beside it.
+/// `$RAPIDSSE_CORPUS`, else `tests/corpus` in the repository.
 pub fn corpus_dir(kind: &str) -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let candidates = [
         std::env::var_os("RAPIDSSE_CORPUS").map(PathBuf::from),
         Some(manifest.join("tests/corpus")),
-        Some(manifest.join("../shared/corpus")),
     ];
     for dir in candidates.into_iter().flatten() {
         if dir.join(kind).is_dir() {
