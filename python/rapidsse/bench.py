@@ -71,7 +71,11 @@ TYPED_CHAT = "typed Chat (512-byte chunks)"
 LARGE_EVENT = "framing of one 32 MiB event: 4 KiB chunks vs one chunk"
 CORPUS = "corpus (all recordings, typed)"
 ACCUMULATE = "final Response (Responses, 512-byte chunks)"
-GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE)
+HTTPX_SSE = "httpx-sse drop-in: connect_sse + iter_sse over an httpx MockTransport (Responses, 512-byte chunks)"
+HTTPX_SSE_ASYNC = "httpx-sse drop-in: aconnect_sse + aiter_sse over an httpx MockTransport (Responses, 512-byte chunks)"
+HTTPX_SSE_CORPUS = "httpx-sse drop-in: connect_sse + iter_sse over an httpx MockTransport (all recordings)"
+GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC,
+          HTTPX_SSE_CORPUS)
 """Every group, in the order :func:`run_all` reports them."""
 
 # ---------------------------------------------------------------------------------------------------
@@ -440,6 +444,95 @@ def _sdk_final_response(chunks: list[bytes]) -> int:
     return n
 
 
+class _AsyncMockServer(_MockServer):
+    """:class:`_MockServer` for an ``httpx.AsyncClient``: the body is an async iterator."""
+
+    def __call__(self, request: Any) -> Any:
+        import httpx
+
+        async def body() -> Any:
+            for chunk in self.chunks:
+                yield chunk
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+
+
+@functools.lru_cache(maxsize=None)
+def _mock_client(asynchronous: bool = False) -> tuple[Any, _MockServer]:
+    """One ``httpx.Client`` (or ``httpx.AsyncClient``) over a mock transport, built once."""
+    import httpx
+
+    server = _AsyncMockServer() if asynchronous else _MockServer()
+    client = httpx.AsyncClient if asynchronous else httpx.Client
+    return client(transport=httpx.MockTransport(server)), server
+
+
+def _httpx_sse_module(name: str) -> Any:
+    """httpx-sse itself, or rapidsse's drop-in (``"rapidsse"``) or rapidsse's own httpx helpers
+    (``"rapidsse.httpx"``): each has ``connect_sse`` / ``aconnect_sse`` and ``iter_sse`` /
+    ``aiter_sse``."""
+    if name == "rapidsse":
+        from .integrations import httpx_sse
+
+        return httpx_sse
+    if name == "rapidsse.httpx":
+        from .integrations import httpx
+
+        return httpx
+    return importlib.import_module(name)
+
+
+def _iter_sse_over_mock(module_name: str, chunks: list[bytes]) -> int:
+    """``for sse in event_source.iter_sse()`` over ``connect_sse`` as httpx-sse's README has it,
+    the response served from ``chunks`` by a mock transport."""
+    module = _httpx_sse_module(module_name)
+    client, server = _mock_client()
+    server.chunks = chunks
+    n = 0
+    with module.connect_sse(client, "GET", "http://test/sse") as event_source:
+        for _ in event_source.iter_sse():
+            n += 1
+    return n
+
+
+def _aiter_sse_over_mock(module_name: str, chunks: list[bytes]) -> int:
+    """The async twin of :func:`_iter_sse_over_mock` (one ``asyncio.run`` per stream)."""
+    import asyncio
+
+    module = _httpx_sse_module(module_name)
+    client, server = _mock_client(asynchronous=True)
+    server.chunks = chunks
+
+    async def run() -> int:
+        n = 0
+        async with module.aconnect_sse(client, "GET", "http://test/sse") as event_source:
+            async for _ in event_source.aiter_sse():
+                n += 1
+        return n
+
+    return asyncio.run(run())
+
+
+def _with_event_count(chunks: list[bytes]) -> tuple[int, list[bytes]]:
+    return len(_PySSEDecoder(None).feed(b"".join(chunks))), chunks
+
+
+def _bytes_over_mock(counted: tuple[int, list[bytes]]) -> int:
+    """The floor: the same request, its body read with ``iter_bytes()`` and not parsed (returns
+    the event count :func:`_with_event_count` found, outside the timed region)."""
+    events, chunks = counted
+    client, server = _mock_client()
+    server.chunks = chunks
+    with client.stream("GET", "http://test/sse") as response:
+        for _ in response.iter_bytes():
+            pass
+    return events
+
+
+def _sse_over_corpus(run: Callable[[list[bytes]], int], corpus: list[tuple[Protocol, list[bytes]]]) -> int:
+    return sum([run(chunks) for _, chunks in corpus])
+
+
 def _over_corpus(run: Callable[[Protocol, list[bytes]], int], corpus: list[tuple[Protocol, list[bytes]]]) -> int:
     return sum([run(protocol, chunks) for protocol, chunks in corpus])
 
@@ -533,6 +626,24 @@ def contenders(group: str) -> list[Contender]:
             Contender("rapidsse python, tap", _tap_python),
             Contender("openai SDK, responses.stream + get_final_response", _sdk_final_response, _SDK),
         ]
+    if group in (HTTPX_SSE, HTTPX_SSE_ASYNC, HTTPX_SSE_CORPUS):
+        over = _aiter_sse_over_mock if group == HTTPX_SSE_ASYNC else _iter_sse_over_mock
+        ours, theirs = functools.partial(over, "rapidsse"), functools.partial(over, "httpx_sse")
+        if group == HTTPX_SSE_CORPUS:
+            ours, theirs = functools.partial(_sse_over_corpus, ours), functools.partial(_sse_over_corpus, theirs)
+        httpx_sse = ("httpx", "httpx_sse")
+        rows = [
+            Contender("rapidsse.integrations.httpx_sse (rust)", ours, ("httpx",) + _RUST),
+            Contender("httpx-sse", theirs, httpx_sse),
+        ]
+        if group == HTTPX_SSE:
+            rows += [
+                Contender("rapidsse.integrations.httpx (rapidsse's own events)",
+                          functools.partial(over, "rapidsse.httpx"), ("httpx",) + _RUST),
+                Contender("httpx alone: iter_bytes(), not parsed (the floor)", _bytes_over_mock, ("httpx",),
+                          prepare=_with_event_count),
+            ]
+        return rows
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 
@@ -561,7 +672,7 @@ def workload(group: str, n_events: int = 3000) -> Workload:
 
     Raises :class:`FileNotFoundError` for the corpus group when the corpus is missing.
     """
-    if group in (FRAMING, TYPED_RESPONSES, ACCUMULATE):
+    if group in (FRAMING, TYPED_RESPONSES, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC):
         data = responses_stream(n_events)
         return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
     if group == TYPED_CHAT:
@@ -574,6 +685,11 @@ def workload(group: str, n_events: int = 3000) -> Workload:
         recordings = corpus_recordings()
         inputs = [(r.protocol, chunked(r.data, CHUNK_SIZE)) for r in recordings]
         return Workload(inputs, sum(map(_typed_event_count, recordings)), sum(len(r.data) for r in recordings))
+    if group == HTTPX_SSE_CORPUS:
+        recordings = corpus_recordings()
+        inputs = [(r.protocol, chunked(r.data, CHUNK_SIZE)) for r in recordings]
+        n_events = sum(len(_PySSEDecoder(None).feed(r.data)) for r in recordings)
+        return Workload(inputs, n_events, sum(len(r.data) for r in recordings))
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 

@@ -67,7 +67,7 @@ Other differences:
 from __future__ import annotations
 
 import json as _json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from itertools import starmap
 from typing import Any, Optional
@@ -269,22 +269,6 @@ class EventSource:
         if _EVENT_STREAM not in content_type.partition(";")[0].lower():
             raise SSEContentTypeError(content_type, self._response.status_code, self._response)
 
-    def _step(self, max_event_size: Optional[int]) -> Callable[[bytes], list[ServerSentEvent]]:
-        """A new decoder for this response, and its ``feed`` giving :class:`ServerSentEvent` objects."""
-        decoder = self._decoder = SSEDecoder(max_event_size)
-        feed, request = decoder.feed, _request_of(self._response)
-
-        def step(chunk: bytes) -> list[ServerSentEvent]:
-            try:
-                return list(starmap(ServerSentEvent, map(astuple, feed(chunk))))
-            except _errors.EventTooLarge as exc:
-                raise EventTooLarge(
-                    str(exc), limit=exc.limit, offset=exc.offset, request=request,
-                    events=list(starmap(ServerSentEvent, map(astuple, exc.events))),
-                ) from None
-
-        return step
-
     def iter_sse(
         self, *, max_event_size: Optional[int] = DEFAULT_MAX_EVENT_SIZE
     ) -> Generator[ServerSentEvent, None, None]:
@@ -297,7 +281,12 @@ class EventSource:
         pass through.
         """
         self._check_content_type()
-        yield from drain(self._step(max_event_size), self._response.iter_bytes())
+        decoder = self._decoder = SSEDecoder(max_event_size)
+        try:
+            # rapidsse's events, turned into this module's without a Python frame per event.
+            yield from starmap(ServerSentEvent, map(astuple, drain(decoder.feed, self._response.iter_bytes())))
+        except _errors.EventTooLarge as exc:
+            raise _too_large(exc, self._response) from None
 
     async def aiter_sse(
         self, *, max_event_size: Optional[int] = DEFAULT_MAX_EVENT_SIZE
@@ -305,12 +294,23 @@ class EventSource:
         """Async twin of :meth:`iter_sse`; the response's byte iterator is closed when this
         generator is (also when the loop stops early)."""
         self._check_content_type()
-        step, chunks = self._step(max_event_size), self._response.aiter_bytes()
+        decoder = self._decoder = SSEDecoder(max_event_size)
+        chunks = self._response.aiter_bytes()
         try:
-            async for event in adrain(step, chunks):
-                yield event
+            async for event in adrain(decoder.feed, chunks):
+                yield ServerSentEvent(event.event, event.data, event.id, event.retry)
+        except _errors.EventTooLarge as exc:
+            raise _too_large(exc, self._response) from None
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
+
+
+def _too_large(exc: _errors.EventTooLarge, response: httpx.Response) -> EventTooLarge:
+    """rapidsse's :class:`~rapidsse.EventTooLarge` as this module's (its events converted)."""
+    return EventTooLarge(
+        str(exc), limit=exc.limit, offset=exc.offset, request=_request_of(response),
+        events=list(starmap(ServerSentEvent, map(astuple, exc.events))),
+    )
 
 
 def _request_of(response: Any) -> httpx.Request | None:
