@@ -19,6 +19,7 @@ httpx = pytest.importorskip("httpx")
 real = pytest.importorskip("httpx_sse")
 
 import rapidsse  # noqa: E402
+from rapidsse import bench  # noqa: E402
 from rapidsse.integrations import SSEContentTypeError as RapidsseContentTypeError  # noqa: E402
 from rapidsse.integrations import httpx_sse  # noqa: E402
 
@@ -773,3 +774,25 @@ def test_events_are_the_drop_in_class_on_both_backends():
     events = list(httpx_sse.EventSource(response([b"data: x\n\n"])).iter_sse())
     assert [type(e) for e in events] == [httpx_sse.ServerSentEvent]
     assert isinstance(events[0], msgspec.Struct)
+
+
+# --- the benchmark group --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("group", [bench.HTTPX_SSE, bench.HTTPX_SSE_ASYNC])
+def test_bench_contenders_count_every_event(group):
+    load = bench.workload(group, 50)
+    contenders = [c for c in bench.contenders(group) if not c.skipped]
+    assert "httpx-sse" in [c.name for c in contenders]
+    if rapidsse.BACKEND == "rust":
+        assert contenders[0].name.startswith("rapidsse.integrations.httpx_sse")
+    for contender in contenders:
+        inputs = contender.prepare(load.inputs) if contender.prepare else load.inputs
+        assert contender.run(inputs) == 50, contender.name
+
+
+def test_bench_corpus_contenders_agree():
+    load = bench.workload(bench.HTTPX_SSE_CORPUS)
+    sample = load.inputs[:3] + load.inputs[-3:]
+    counts = {c.name: c.run(sample) for c in bench.contenders(bench.HTTPX_SSE_CORPUS) if not c.skipped}
+    assert len(set(counts.values())) == 1 and min(counts.values()) > 0, counts

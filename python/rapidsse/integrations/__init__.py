@@ -4,6 +4,8 @@ Each submodule imports its third-party package only when it is imported itself:
 
 - :mod:`rapidsse.integrations.httpx`: ``connect_sse`` / ``aconnect_sse`` in the spirit of
   httpx-sse, yielding an :class:`~rapidsse.integrations.httpx.EventSource`;
+- :mod:`rapidsse.integrations.httpx_sse`: a drop-in replacement for the httpx-sse package (its
+  whole API; ``from rapidsse.integrations import httpx_sse``);
 - :mod:`rapidsse.integrations.aiohttp`: ``aiter_sse`` / ``aiter_events`` over an
   ``aiohttp.ClientResponse``;
 - :mod:`rapidsse.integrations.openai`: parse the raw body of an openai SDK streaming response, and
