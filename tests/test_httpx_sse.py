@@ -329,6 +329,23 @@ def test_connect_sse_sends_the_sse_headers_and_the_request_as_httpx_sse_does():
     assert headers == {"Authorization": "Bearer t", "Accept": "application/json"}  # ours left it alone
 
 
+def test_connect_sse_replaces_the_sse_headers_in_any_case():
+    sent = {}
+    for module in (real, httpx_sse):
+        handler = Recorder()
+        headers = {"accept": "application/json", "cache-control": "max-age=60"}
+        with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+            with module.connect_sse(client, "GET", "http://test/sse", headers=headers):
+                pass
+        (request,) = handler.requests
+        sent[module] = (request.headers.get_list("accept"), request.headers.get_list("cache-control"), headers)
+    assert sent[real] == (["application/json", "text/event-stream"], ["max-age=60", "no-store"],
+                          {"accept": "application/json", "cache-control": "max-age=60",
+                           "Accept": "text/event-stream", "Cache-Control": "no-store"})
+    assert sent[httpx_sse] == (["text/event-stream"], ["no-store"],
+                               {"accept": "application/json", "cache-control": "max-age=60"})
+
+
 def test_aconnect_sse_with_an_async_client():
     async def run(module):
         handler = Recorder(b"event: update\ndata: {\"n\": 1}\nid: 1\n\ndata: two\n\n")
