@@ -44,10 +44,10 @@ differently (none of the recorded LLM streams of rapidsse's corpus does):
   first line, whose field name becomes ``"\\ufeffdata"`` and so is ignored: the first event is lost.
 - **The stream is always UTF-8.** httpx-sse decodes it with the response's charset (the
   ``content-type`` parameter, else the client's ``default_encoding``).
-- **``retry:`` takes ASCII digits only.** httpx-sse takes whatever :class:`int` parses
-  (``-1``, ``+5``, `` 5``, ``5_000``, non-ASCII digits).
+- **``retry:`` takes ASCII digits only.** httpx-sse takes whatever :class:`int` parses: a sign
+  (``-1``, ``+5``), more spaces, underscores (``5_000``), non-ASCII digits.
 
-Other differences:
+Other differences (see docs/httpx-sse.md):
 
 - One event's data (and one line) is capped at 16 MiB by default: a bigger one raises
   :class:`EventTooLarge` after the events before it; ``iter_sse(max_event_size=None)`` lifts the
