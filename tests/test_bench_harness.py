@@ -68,7 +68,7 @@ def _available(group: str) -> list[bench.Contender]:
     return [c for c in bench.contenders(group) if not c.skipped]
 
 
-@pytest.mark.parametrize("group", [bench.FRAMING, bench.TYPED_RESPONSES, bench.TYPED_CHAT])
+@pytest.mark.parametrize("group", [bench.FRAMING, bench.TYPED_RESPONSES, bench.TYPED_CHAT, bench.HTTPX_SSE])
 def test_every_installed_contender_counts_every_event(group):
     load = bench.workload(group, N)
     contenders = _available(group)

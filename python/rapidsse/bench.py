@@ -71,7 +71,8 @@ TYPED_CHAT = "typed Chat (512-byte chunks)"
 LARGE_EVENT = "framing of one 32 MiB event: 4 KiB chunks vs one chunk"
 CORPUS = "corpus (all recordings, typed)"
 ACCUMULATE = "final Response (Responses, 512-byte chunks)"
-GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE)
+HTTPX_SSE = "httpx-sse drop-in (rapidsse.integrations.httpx_sse vs httpx-sse, Responses over an httpx response)"
+GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE, HTTPX_SSE)
 """Every group, in the order :func:`run_all` reports them."""
 
 # ---------------------------------------------------------------------------------------------------
@@ -275,11 +276,28 @@ def _frame_python(chunks: list[bytes], max_event_size: int | None = DEFAULT_MAX_
 
 
 def _frame_httpx_sse(chunks: list[bytes]) -> int:
-    import httpx
     import httpx_sse
 
+    return _event_source(httpx_sse, chunks)
+
+
+def _event_source(module: Any, chunks: list[bytes]) -> int:
+    """httpx-sse's own loop: ``EventSource(response).iter_sse()`` over an httpx response."""
+    import httpx
+
     response = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(chunks))
-    return sum(1 for _ in httpx_sse.EventSource(response).iter_sse())
+    return sum(1 for _ in module.EventSource(response).iter_sse())
+
+
+def _drop_in(chunks: list[bytes]) -> int:
+    from .integrations import httpx_sse
+
+    return _event_source(httpx_sse, chunks)
+
+
+def _drop_in_python(chunks: list[bytes]) -> int:
+    with using("python"):
+        return _drop_in(chunks)
 
 
 def _frame_openai(chunks: list[bytes]) -> int:
@@ -533,6 +551,12 @@ def contenders(group: str) -> list[Contender]:
             Contender("rapidsse python, tap", _tap_python),
             Contender("openai SDK, responses.stream + get_final_response", _sdk_final_response, _SDK),
         ]
+    if group == HTTPX_SSE:
+        return [
+            Contender("rapidsse rust", _drop_in, _RUST + ("httpx",)),
+            Contender("rapidsse python", _drop_in_python, ("httpx",)),
+            Contender("httpx-sse", _frame_httpx_sse, ("httpx", "httpx_sse")),
+        ]
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 
@@ -561,7 +585,7 @@ def workload(group: str, n_events: int = 3000) -> Workload:
 
     Raises :class:`FileNotFoundError` for the corpus group when the corpus is missing.
     """
-    if group in (FRAMING, TYPED_RESPONSES, ACCUMULATE):
+    if group in (FRAMING, TYPED_RESPONSES, ACCUMULATE, HTTPX_SSE):
         data = responses_stream(n_events)
         return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
     if group == TYPED_CHAT:
