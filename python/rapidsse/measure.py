@@ -506,8 +506,8 @@ class _AnthropicAdapter(_Adapter):
 
 class _GeminiPart(msgspec.Struct):
     text: str | None = None
-    functionCall: msgspec.Raw | None = None  # noqa: N815 (the API's name)
-    executableCode: msgspec.Raw | None = None  # noqa: N815
+    functionCall: msgspec.Raw = msgspec.Raw()  # noqa: N815 (the API's name; left undecoded)
+    executableCode: msgspec.Raw = msgspec.Raw()  # noqa: N815
 
 
 class _GeminiContent(msgspec.Struct):
@@ -549,7 +549,7 @@ class _GeminiAdapter(_Adapter):
                 continue
             for candidate in payload.candidates:
                 content = candidate.content
-                if content is not None and any(p.text or p.functionCall or p.executableCode for p in content.parts):
+                if content is not None and any(p.text or len(p.functionCall) or len(p.executableCode) for p in content.parts):
                     tokens += 1
                     break
             for candidate in payload.candidates:
@@ -727,7 +727,7 @@ async def _one_request(target: _Target, protocol: str, body: dict[str, Any], ori
     try:
         await asyncio.wait_for(exchange(), timeout)
     except (OSError, asyncio.TimeoutError) as exc:
-        if not done.done():
+        if not done.done() or done.cancelled():  # (a timeout cancels the wait, and so the future)
             timed_out = isinstance(exc, asyncio.TimeoutError)
             result.error = f"timeout after {timeout:g} s" if timed_out else f"{type(exc).__name__}: {exc}"
             result.ok = False
