@@ -10,7 +10,8 @@ Routes:
 - ``POST /v1/chat/completions``: a Chat Completions stream;
 - ``POST /v1/completions``: a (legacy) Completions stream;
 - ``POST /v1/messages``: an Anthropic Messages stream;
-- ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``: a Gemini stream;
+- ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``: a Gemini stream (also under
+  ``/v1/models/...``, where google-genai goes when given a ``base_url``);
 - ``GET /health``: ``{"status": "ok", "recordings": {...}}`` (or ``"synthetic": {...}``);
 - ``/v1/realtime`` (WebSocket, replay only): a recorded Realtime session, one server event per
   message, then a normal close (code 1000). Client messages (``session.update``,
@@ -102,7 +103,14 @@ ROUTES = {
     "anthropic": "/v1/messages",
     "gemini": "/v1beta/models/{model}:streamGenerateContent",
 }
-"""The HTTP route of each streaming protocol (Starlette paths)."""
+"""The HTTP route of each streaming protocol (Starlette paths). Gemini's is also served under
+``/v1/`` (the stable API version, which google-genai uses when given a ``base_url``)."""
+_ALIASES = {"gemini": "/v1/models/{model}:streamGenerateContent"}
+
+
+def _routes() -> list[tuple[str, str]]:
+    """(protocol, path) for every streaming route, aliases included."""
+    return [*ROUTES.items(), *_ALIASES.items()]
 _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n|$)")
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _SSE_RAW_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
@@ -344,7 +352,7 @@ def create_app(recordings: Iterable[Recording | str | Path], *, pacing: Pacing =
             reader.cancel()
 
     routes = [
-        *(Route(path, route(protocol), methods=["POST"]) for protocol, path in ROUTES.items()),
+        *(Route(path, route(protocol), methods=["POST"]) for protocol, path in _routes()),
         Route("/health", health, methods=["GET"]),
         WebSocketRoute("/v1/realtime", realtime),
     ]
@@ -720,7 +728,7 @@ def create_synthetic_app(synthetic: Synthetic = Synthetic()) -> Any:
         return JSONResponse({"status": "ok", "synthetic": spec})
 
     routes = [Route(path, _SyntheticRoute(protocol, synthetic, clocks), methods=["POST"])
-              for protocol, path in ROUTES.items()]
+              for protocol, path in _routes()]
     return Starlette(routes=[*routes, Route("/health", health, methods=["GET"])])
 
 
