@@ -519,7 +519,12 @@ def test_synthetic_gemini_with_google_genai(synthetic):
 def test_synthetic_errors_and_health(synthetic):
     with httpx.Client(timeout=TIMEOUT) as client:
         health = client.get(synthetic.url + "/health").json()
-        assert health == {"status": "ok", "synthetic": {"tokens": 8, "rate": 1000.0, "ttft": 0.005}}
+        assert health["status"] == "ok" and health["synthetic"] == {"tokens": 8, "rate": 1000.0, "ttft": 0.005}
+        assert set(health["lateness"]) == {"tokens", "median_ms", "p99_ms", "max_ms"}
+        client.get(synthetic.url + "/health?reset")
+        client.post(synthetic.url + "/v1/completions", json={"stream": True, "max_tokens": 3})
+        lateness = client.get(synthetic.url + "/health").json()["lateness"]
+        assert lateness["tokens"] == 3 and 0 <= lateness["median_ms"] <= lateness["p99_ms"] <= lateness["max_ms"]
         for route in ("/v1/responses", "/v1/chat/completions", "/v1/completions", "/v1/messages"):
             refused = client.post(synthetic.url + route, json={"stream": False})
             assert refused.status_code == 400 and refused.json()["error"]["code"] == "stream_required", route

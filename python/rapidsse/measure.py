@@ -36,7 +36,8 @@ The client is made to stay out of its own measurements: each request is an :mod:
 protocol that timestamps the bytes in ``data_received`` (before any task switch), lets httptools
 (llhttp, in C) take the HTTP framing off and hands the body straight to rapidsse's decoder, so a
 read costs a few microseconds and no coroutine step. HTTP/1.1 only, one connection per request, no
-proxy; ``https`` URLs use the default TLS context.
+proxy; ``https`` URLs use the default TLS context. The event loop is uvloop's when it is installed
+(``--loop`` chooses).
 
 Needs httptools (``pip install 'rapidsse[measure]'``); the progress bar needs rich.
 """
@@ -80,6 +81,7 @@ __all__ = [
     "register",
     "request_body",
     "run",
+    "run_loop",
     "summarize",
 ]
 
@@ -811,6 +813,20 @@ async def measure(
     return Run(list(results), time.perf_counter() - start)
 
 
+def run_loop(coro: Any, loop: str = "auto") -> Any:
+    """Runs ``coro`` to completion on a new event loop: uvloop's (``"uvloop"``; ``"auto"``: when it
+    is installed) or asyncio's own (``"asyncio"``)."""
+    if loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if loop == "uvloop":
+                raise
+        else:
+            return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
 # --- Statistics --------------------------------------------------------------------------------
 
 
@@ -989,6 +1005,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default: %(default)s)")
     parser.add_argument("--save-result", "--json", dest="save_result", metavar="FILE.json",
                         help="write the result with vLLM's key names to FILE ('-': stdout, instead of the report)")
+    parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                        help="event loop (default: uvloop when installed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -1065,10 +1083,13 @@ def run(args: argparse.Namespace) -> int:
 
     advance, stop = _progress(count, not args.no_progress)
     try:
-        result = asyncio.run(measure(url, bodies, protocol=protocol, num_prompts=count,
+        result = run_loop(measure(url, bodies, protocol=protocol, num_prompts=count,
                                      request_rate=args.request_rate, burstiness=args.burstiness,
                                      max_concurrency=args.max_concurrency, warmup=args.warmup, seed=args.seed,
-                                     headers=headers, timeout=args.timeout, on_result=advance))
+                                     headers=headers, timeout=args.timeout, on_result=advance), args.loop)
+    except ImportError:
+        print("rapidsse measure: --loop uvloop needs uvloop: pip install uvloop", file=sys.stderr)
+        return 1
     except ValueError as exc:
         print(f"rapidsse measure: {exc}", file=sys.stderr)
         return 1

@@ -12,7 +12,9 @@ Routes:
 - ``POST /v1/messages``: an Anthropic Messages stream;
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``: a Gemini stream (also under
   ``/v1/models/...``, where google-genai goes when given a ``base_url``);
-- ``GET /health``: ``{"status": "ok", "recordings": {...}}`` (or ``"synthetic": {...}``);
+- ``GET /health``: ``{"status": "ok", "recordings": {...}}``; for the synthetic server
+  ``{"status": "ok", "synthetic": {...}, "lateness": {...}}``: how late the tokens left against
+  their schedule (count, median, p99, max in ms; ``?reset`` starts counting anew);
 - ``/v1/realtime`` (WebSocket, replay only): a recorded Realtime session, one server event per
   message, then a normal close (code 1000). Client messages (``session.update``,
   ``response.create``, ...) are read and ignored; the server does not wait for them.
@@ -363,17 +365,17 @@ def create_app(recordings: Iterable[Recording | str | Path], *, pacing: Pacing =
 
 
 class _Clock:
-    """Wakes waiters at absolute deadlines (``loop.time()``) more precisely than ``asyncio.sleep``.
+    """Wakes waiters at absolute deadlines (``time.monotonic()``) more precisely than ``asyncio.sleep``.
 
-    The event loop's timers fire up to a millisecond late (its poll takes whole milliseconds), which
-    would be the whole error budget of a benchmark's ITL. So one timer, for every waiter of the
-    loop, fires :attr:`EARLY` seconds ahead of the earliest deadline; from there the clock checks
-    once per turn of the loop (``call_soon``: the loop still polls its sockets in between) and
-    releases each waiter when its deadline has come. One callback per turn, however many streams
-    wait.
+    The event loop's timers fire up to a millisecond late (its poll takes whole milliseconds; uvloop
+    even reads its clock in milliseconds), which would be the whole error budget of a benchmark's
+    ITL. So one timer, for every waiter of the loop, fires :attr:`EARLY` seconds ahead of the
+    earliest deadline; from there the clock checks ``time.monotonic()`` once per turn of the loop
+    (``call_soon``: the loop still polls its sockets in between) and releases each waiter when its
+    deadline has come. One callback per turn, however many streams wait.
     """
 
-    EARLY = 0.0015
+    EARLY = 0.002
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -383,8 +385,8 @@ class _Clock:
         self._polling = False
 
     def until(self, deadline: float) -> asyncio.Future[None] | None:
-        """A future done at ``deadline``, or None when it has passed."""
-        if deadline <= self._loop.time():
+        """A future done at ``deadline`` (``time.monotonic()``), or None when it has passed."""
+        if deadline <= time.monotonic():
             return None
         waiter: asyncio.Future[None] = self._loop.create_future()
         heapq.heappush(self._waiters, (deadline, next(self._order), waiter))
@@ -398,9 +400,9 @@ class _Clock:
             self._timer = None
         if not self._waiters:
             return
-        first = self._waiters[0][0]
-        if first - self._loop.time() > self.EARLY:
-            self._timer = self._loop.call_at(first - self.EARLY, self._tick)
+        ahead = self._waiters[0][0] - time.monotonic() - self.EARLY
+        if ahead > 0:
+            self._timer = self._loop.call_later(ahead, self._tick)
         else:
             self._polling = True
             self._loop.call_soon(self._tick)
@@ -408,7 +410,7 @@ class _Clock:
     def _tick(self) -> None:
         self._timer = None
         self._polling = False
-        now = self._loop.time()
+        now = time.monotonic()
         waiters = self._waiters
         while waiters and waiters[0][0] <= now:
             waiter = heapq.heappop(waiters)[2]
@@ -635,11 +637,12 @@ _SYNTHETIC_STREAMS: dict[str, Callable[[_Plan], Iterator[bytes]]] = {
 class _SyntheticRoute:
     """The ASGI callable of one protocol's synthetic route."""
 
-    def __init__(self, protocol: str, synthetic: Synthetic, clocks: dict[Any, _Clock]) -> None:
+    def __init__(self, protocol: str, synthetic: Synthetic, clocks: dict[Any, _Clock], lateness: list[float]) -> None:
         self.protocol = protocol
         self.synthetic = synthetic
         self.pacing = synthetic.pacing
         self._clocks = clocks
+        self._lateness = lateness
         self._ids = itertools.count()
 
     async def _reply_error(self, send: Any, status: int, message: str, code: str) -> None:
@@ -651,7 +654,7 @@ class _SyntheticRoute:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = time.monotonic()
         chunks = []
         while True:
             message = await receive()
@@ -696,12 +699,15 @@ class _SyntheticRoute:
             if opening:
                 await send({"type": "http.response.body", "body": opening, "more_body": True})
             due = self.pacing.due
+            late = self._lateness.append
             for index, data in enumerate(events):
-                waiter = clock.until(start + due(index))
+                deadline = start + due(index)
+                waiter = clock.until(deadline)
                 if waiter is not None:
                     await waiter
                 if gone.done():
                     return
+                late(time.monotonic() - deadline)
                 await send({"type": "http.response.body", "body": data, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
@@ -722,12 +728,21 @@ def create_synthetic_app(synthetic: Synthetic = Synthetic()) -> Any:
     from starlette.routing import Route
 
     clocks: dict[Any, _Clock] = {}
+    lateness: list[float] = []
 
     async def health(request: Request) -> Response:
         spec = {"tokens": synthetic.tokens, "rate": synthetic.rate, "ttft": synthetic.ttft}
-        return JSONResponse({"status": "ok", "synthetic": spec})
+        late = sorted(lateness)
+        if "reset" in request.query_params:
+            lateness.clear()
 
-    routes = [Route(path, _SyntheticRoute(protocol, synthetic, clocks), methods=["POST"])
+        def at(q: float) -> float | None:
+            return late[min(len(late) - 1, int(q * len(late)))] * 1000.0 if late else None
+
+        stats = {"tokens": len(late), "median_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)}
+        return JSONResponse({"status": "ok", "synthetic": spec, "lateness": stats})
+
+    routes = [Route(path, _SyntheticRoute(protocol, synthetic, clocks, lateness), methods=["POST"])
               for protocol, path in _routes()]
     return Starlette(routes=[*routes, Route("/health", health, methods=["GET"])])
 
