@@ -520,11 +520,13 @@ def test_synthetic_errors_and_health(synthetic):
     with httpx.Client(timeout=TIMEOUT) as client:
         health = client.get(synthetic.url + "/health").json()
         assert health["status"] == "ok" and health["synthetic"] == {"tokens": 8, "rate": 1000.0, "ttft": 0.005}
-        assert set(health["lateness"]) == {"tokens", "median_ms", "p99_ms", "max_ms"}
+        assert set(health["lateness"]) == set(health["itl"]) == {"count", "median_ms", "p99_ms", "max_ms"}
         client.get(synthetic.url + "/health?reset")
         client.post(synthetic.url + "/v1/completions", json={"stream": True, "max_tokens": 3})
-        lateness = client.get(synthetic.url + "/health").json()["lateness"]
-        assert lateness["tokens"] == 3 and 0 <= lateness["median_ms"] <= lateness["p99_ms"] <= lateness["max_ms"]
+        after = client.get(synthetic.url + "/health").json()
+        lateness, itl = after["lateness"], after["itl"]
+        assert lateness["count"] == 3 and 0 <= lateness["median_ms"] <= lateness["p99_ms"] <= lateness["max_ms"]
+        assert itl["count"] == 2 and itl["median_ms"] > 0.5  # one token per ms, as sent
         for route in ("/v1/responses", "/v1/chat/completions", "/v1/completions", "/v1/messages"):
             refused = client.post(synthetic.url + route, json={"stream": False})
             assert refused.status_code == 400 and refused.json()["error"]["code"] == "stream_required", route

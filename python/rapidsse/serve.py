@@ -13,8 +13,9 @@ Routes:
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``: a Gemini stream (also under
   ``/v1/models/...``, where google-genai goes when given a ``base_url``);
 - ``GET /health``: ``{"status": "ok", "recordings": {...}}``; for the synthetic server
-  ``{"status": "ok", "synthetic": {...}, "lateness": {...}}``: how late the tokens left against
-  their schedule (count, median, p99, max in ms; ``?reset`` starts counting anew);
+  ``{"status": "ok", "synthetic": {...}, "lateness": {...}, "itl": {...}}``: how late the tokens
+  left against their schedule, and the gaps between consecutive tokens of a stream as sent (each
+  with count, median, p99, max in ms; ``?reset`` starts counting anew);
 - ``/v1/realtime`` (WebSocket, replay only): a recorded Realtime session, one server event per
   message, then a normal close (code 1000). Client messages (``session.update``,
   ``response.create``, ...) are read and ignored; the server does not wait for them.
@@ -637,12 +638,14 @@ _SYNTHETIC_STREAMS: dict[str, Callable[[_Plan], Iterator[bytes]]] = {
 class _SyntheticRoute:
     """The ASGI callable of one protocol's synthetic route."""
 
-    def __init__(self, protocol: str, synthetic: Synthetic, clocks: dict[Any, _Clock], lateness: list[float]) -> None:
+    def __init__(self, protocol: str, synthetic: Synthetic, clocks: dict[Any, _Clock], lateness: list[float],
+                 gaps: list[float]) -> None:
         self.protocol = protocol
         self.synthetic = synthetic
         self.pacing = synthetic.pacing
         self._clocks = clocks
         self._lateness = lateness
+        self._gaps = gaps
         self._ids = itertools.count()
 
     async def _reply_error(self, send: Any, status: int, message: str, code: str) -> None:
@@ -700,6 +703,8 @@ class _SyntheticRoute:
                 await send({"type": "http.response.body", "body": opening, "more_body": True})
             due = self.pacing.due
             late = self._lateness.append
+            gap = self._gaps.append
+            sent = None
             for index, data in enumerate(events):
                 deadline = start + due(index)
                 waiter = clock.until(deadline)
@@ -707,7 +712,11 @@ class _SyntheticRoute:
                     await waiter
                 if gone.done():
                     return
-                late(time.monotonic() - deadline)
+                now = time.monotonic()
+                late(now - deadline)
+                if sent is not None:
+                    gap(now - sent)
+                sent = now
                 await send({"type": "http.response.body", "body": data, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
@@ -729,20 +738,25 @@ def create_synthetic_app(synthetic: Synthetic = Synthetic()) -> Any:
 
     clocks: dict[Any, _Clock] = {}
     lateness: list[float] = []
+    gaps: list[float] = []
+
+    def stats(values: list[float]) -> dict[str, Any]:
+        ordered = sorted(values)
+
+        def at(q: float) -> float | None:
+            return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0 if ordered else None
+
+        return {"count": len(ordered), "median_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)}
 
     async def health(request: Request) -> Response:
         spec = {"tokens": synthetic.tokens, "rate": synthetic.rate, "ttft": synthetic.ttft}
-        late = sorted(lateness)
+        body = {"status": "ok", "synthetic": spec, "lateness": stats(lateness), "itl": stats(gaps)}
         if "reset" in request.query_params:
             lateness.clear()
+            gaps.clear()
+        return JSONResponse(body)
 
-        def at(q: float) -> float | None:
-            return late[min(len(late) - 1, int(q * len(late)))] * 1000.0 if late else None
-
-        stats = {"tokens": len(late), "median_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)}
-        return JSONResponse({"status": "ok", "synthetic": spec, "lateness": stats})
-
-    routes = [Route(path, _SyntheticRoute(protocol, synthetic, clocks, lateness), methods=["POST"])
+    routes = [Route(path, _SyntheticRoute(protocol, synthetic, clocks, lateness, gaps), methods=["POST"])
               for protocol, path in _routes()]
     return Starlette(routes=[*routes, Route("/health", health, methods=["GET"])])
 
