@@ -20,7 +20,7 @@ pytest.importorskip("uvicorn")
 import rapidsse  # noqa: E402
 from rapidsse import measure as m  # noqa: E402
 from rapidsse.measure import RequestResult, Run  # noqa: E402
-from rapidsse.serve import BackgroundServer, Synthetic, SyntheticServer  # noqa: E402
+from rapidsse.serve import BackgroundServer, SyntheticServer  # noqa: E402
 
 from .conftest import chunked, corpus_files  # noqa: E402
 

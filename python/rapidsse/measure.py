@@ -637,9 +637,6 @@ class _Exchange(asyncio.Protocol):
         except SSEError as exc:
             self._finish(f"{type(exc).__name__}: {exc}")
 
-    def eof_received(self) -> bool | None:
-        return None
-
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._done.done():
             status = self._result.status_code
