@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 
-.PHONY: test dev cargo-test pytest bench clean
+.PHONY: test test-pythons dev cargo-test pytest bench clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -22,6 +22,11 @@ pytest: dev
 	RAPIDSSE_BACKEND=python $(PY) -m pytest -q
 
 test: dev cargo-test pytest
+
+# The release wheel in a venv of every CPython >= 3.10 on the machine, running the Rust-backend
+# tests that exercise the compiled core there (scripts/test_pythons.sh; PYTHONS_TESTS=tests for all).
+test-pythons: $(VENV)/bin/python
+	MATURIN=$(VENV)/bin/maturin bash scripts/test_pythons.sh
 
 # Benchmarks need the optimised build.
 bench: $(VENV)/bin/python

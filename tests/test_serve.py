@@ -1,5 +1,6 @@
-"""The replay server (``rapidsse serve``) on loopback, consumed by the openai SDK, httpx (sync and
-async, concurrent streams), ``rapidsse measure`` in a subprocess and a websockets client."""
+"""The replay and synthetic servers (``rapidsse serve``) on loopback, consumed by the openai,
+anthropic and google-genai SDKs, httpx (sync and async, concurrent streams), ``rapidsse measure``
+in a subprocess and a websockets client."""
 
 from __future__ import annotations
 
@@ -21,13 +22,23 @@ httpx = pytest.importorskip("httpx")
 import rapidsse  # noqa: E402
 from rapidsse import ChatAccumulator, RealtimeAccumulator, ResponseAccumulator  # noqa: E402
 from rapidsse.integrations import to_builtins  # noqa: E402
-from rapidsse.serve import BackgroundServer, Pacing, ReplayServer, detect_protocol, load_recording, split_events  # noqa: E402
+from rapidsse.serve import (  # noqa: E402
+    Pacing,
+    ReplayServer,
+    Synthetic,
+    SyntheticServer,
+    load_recording,
+    recording_protocol,
+    split_events,
+)
 
 from .conftest import ROOT, corpus_files  # noqa: E402
 
 RESPONSES = corpus_files("responses")
 CHATS = corpus_files("chat")
 REALTIME = corpus_files("realtime")
+ANTHROPIC = corpus_files("anthropic")
+GEMINI = corpus_files("gemini")
 TEXT_RESPONSE = next(p for p in RESPONSES if "include_raw_annotations" in p.name)
 TEXT_CHAT = next(p for p in CHATS if p.name == "openai-python__e2aad469b71d.sse")
 TIMEOUT = 10.0
@@ -43,11 +54,11 @@ def accumulated(path: Path) -> ResponseAccumulator | ChatAccumulator:
 # --- Recordings (no server) -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", RESPONSES + CHATS + REALTIME, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", RESPONSES + CHATS + REALTIME + ANTHROPIC + GEMINI, ids=lambda p: p.stem)
 def test_recordings_split_exactly_and_protocol_is_detected(path):
     data = path.read_bytes()
     expected = path.parent.name
-    assert detect_protocol(data) == expected
+    assert recording_protocol(data) == expected
     recording = load_recording(path)
     if expected == "realtime":
         assert recording.events == [line for line in data.splitlines() if line.strip()]
@@ -55,6 +66,9 @@ def test_recordings_split_exactly_and_protocol_is_detected(path):
     assert b"".join(split_events(data)) == data == recording.body
     framed = len([e for e in rapidsse.iter_sse([data])])
     assert framed <= len(recording.events) <= framed + 1  # a trailing comment or blank line may follow
+    if expected in ("anthropic", "gemini"):
+        assert recording.final is None  # replayed as streams only
+        return
     assert recording.final == to_builtins(accumulated(path).response if expected == "responses"
                                           else accumulated(path).completion)
 
@@ -69,7 +83,7 @@ def test_pacing_schedule_and_validation():
     assert Pacing().due(100) == 0.0
     with pytest.raises(ValueError):
         Pacing(rate=-1)
-    assert detect_protocol(b": nothing yet\n\n") is None
+    assert recording_protocol(b": nothing yet\n\n") is None
 
 
 # --- The openai SDK ------------------------------------------------------------------------------
@@ -191,7 +205,8 @@ def test_stream_false_returns_the_accumulated_object():
 def test_errors_and_health():
     with ReplayServer([TEXT_RESPONSE]) as server, httpx.Client(timeout=TIMEOUT) as client:
         health = client.get(server.url + "/health").json()
-        assert health == {"status": "ok", "recordings": {"responses": 1, "chat": 0, "realtime": 0}}
+        assert health == {"status": "ok", "recordings": {"responses": 1, "chat": 0, "completions": 0, "anthropic": 0,
+                                                         "gemini": 0, "realtime": 0}}
         missing = client.post(server.url + "/v1/chat/completions", json={"stream": True})
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "no_recording"
         bad = client.post(server.url + "/v1/responses", content=b"{not json")
@@ -213,36 +228,32 @@ def test_measure_subprocess(tmp_path, route, protocol):
     with ReplayServer([path], ttft=0.02, rate=1000) as server:
         done = subprocess.run(
             [sys.executable, "-m", "rapidsse", "measure", "--url", server.url + route, "--requests", "6",
-             "--concurrency", "3", "--json", str(report_file), "--no-progress"],
+             "--concurrency", "3", "--save-result", str(report_file), "--no-progress"],
             capture_output=True, text=True, timeout=30,
         )
     assert done.returncode == 0, done.stderr + done.stdout
-    assert "TTFT ms" in done.stdout
+    assert "Mean TTFT (ms):" in done.stdout
     report = json.loads(report_file.read_text())
-    assert report["protocol"] == protocol and report["requests"] == 6 and report["succeeded"] == 6
-    assert report["errors"] == 0 and report["tokens"] == 6 * deltas
-    assert 20 <= report["ttft_ms"]["p50"] <= report["ttft_ms"]["p90"] <= report["ttft_ms"]["p99"] < 5000
-    assert report["itl_ms"]["p50"] is not None
+    assert report["protocol"] == protocol and report["num_prompts"] == 6 and report["completed"] == 6
+    assert report["failed"] == 0 and report["max_concurrency"] == 3
+    usage = accumulated(path)
+    final = usage.response if protocol == "responses" else usage.completion
+    counted = getattr(final.usage, "output_tokens" if protocol == "responses" else "completion_tokens", None) \
+        if final.usage is not None else None
+    assert report["total_output_tokens"] == 6 * (counted if counted is not None else deltas)
+    assert 20 <= report["median_ttft_ms"] <= report["p90_ttft_ms"] <= report["p99_ttft_ms"] < 5000
+    assert report["median_itl_ms"] >= 0
 
 
-def test_measure_counts_failures():
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
+def test_measure_reports_a_missing_recording():
+    from rapidsse.measure import measure, request_body, summarize
 
-    from rapidsse.measure import measure, summarize
-
-    async def json_reply(request):
-        return JSONResponse({"id": "not a stream"})
-
-    json_app = Starlette(routes=[Route("/v1/responses", json_reply, methods=["POST"])])
-    with ReplayServer([TEXT_RESPONSE]) as server, BackgroundServer(json_app) as json_server:
-        results, wall = asyncio.run(measure(server.url + "/v1/chat/completions", requests=2, protocol="chat"))
-        not_a_stream, _ = asyncio.run(measure(json_server.url + "/v1/responses", requests=1))
-    report = summarize(results, wall)
-    assert report["errors"] == 2 and report["ttft_ms"]["p50"] is None
-    assert "HTTP 404" in next(iter(report["error_messages"]))
-    assert not not_a_stream[0].ok and "SSEContentTypeError" in not_a_stream[0].error
+    with ReplayServer([TEXT_RESPONSE]) as server:
+        run = asyncio.run(measure(server.url + "/v1/chat/completions", [request_body("chat", "x")], protocol="chat",
+                                  num_prompts=2))
+    report = summarize(run)
+    assert report["failed"] == 2 and report["mean_ttft_ms"] == 0
+    assert next(iter(report["failure_reasons"])).startswith("HTTP 404: ")
 
 
 # --- Realtime over a WebSocket ------------------------------------------------------------------
@@ -320,7 +331,12 @@ def test_register_adds_serve_and_measure():
     assert args.func is serve.run and args.files == ["a.sse", "b.jsonl"] and args.rate == 50 and args.ttft == 200
     assert args.host == "127.0.0.1"
     args = parser.parse_args(["measure", "--url", "http://127.0.0.1:1/v1", "-n", "3", "-c", "2"])
-    assert args.func is measure.run and args.requests == 3 and args.concurrency == 2
+    assert args.func is measure.run and args.num_prompts == 3 and args.max_concurrency == 2
+    args = parser.parse_args(["serve", "--synthetic", "--tokens", "7", "--rate", "20", "--ttft", "30"])
+    assert args.synthetic and args.files == [] and args.tokens == 7 and args.rate == 20 and args.ttft == 30
+    assert serve.run(parser.parse_args(["serve"])) == 1  # neither recordings nor --synthetic
+    assert serve.run(parser.parse_args(["serve", "--synthetic", "a.sse"])) == 1
+    assert serve.run(parser.parse_args(["serve", "--synthetic", "--tokens", "0"])) == 1
     assert serve.run(parser.parse_args(["serve", str(ROOT / "README.md")])) == 2  # not a recording
 
 
@@ -331,7 +347,7 @@ def test_serve_command_line(tmp_path):
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         banner = process.stderr.readline()  # bounded: the server prints it before it starts serving
-        assert "1 responses, 0 chat, 1 realtime" in banner, banner
+        assert "1 responses, 0 chat, 0 completions, 0 anthropic, 0 gemini, 1 realtime recording(s)" in banner, banner
         base = banner.rsplit(" on ", 1)[1].strip()
         deadline = time.monotonic() + TIMEOUT
         while True:
@@ -342,6 +358,238 @@ def test_serve_command_line(tmp_path):
                 assert time.monotonic() < deadline, "the server did not start"
                 time.sleep(0.05)
         assert body == TEXT_RESPONSE.read_bytes()
+    finally:
+        process.terminate()
+        process.wait(timeout=TIMEOUT)
+        process.stderr.close()
+
+
+# --- Anthropic, Gemini and Completions recordings, read by their SDKs ------------------------------
+
+
+def _sse_json(path: Path) -> list[dict]:
+    return [json.loads(e.data) for e in rapidsse.iter_sse([path.read_bytes()]) if e.data != "[DONE]"]
+
+
+@pytest.mark.parametrize("path", ANTHROPIC, ids=lambda p: p.stem)
+def test_anthropic_sdk_reads_the_replayed_recordings(path):
+    anthropic = pytest.importorskip("anthropic")
+    events = _sse_json(path)
+    texts: dict[int, str] = {}
+    for event in events:
+        if event["type"] == "content_block_delta" and event["delta"]["type"] == "text_delta":
+            texts[event["index"]] = texts.get(event["index"], "") + event["delta"]["text"]
+    stop = [e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta"]
+    with ReplayServer([path], rate=5000) as server:
+        client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=TIMEOUT)
+        with client.messages.stream(model="m", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as stream:
+            streamed = list(stream)
+            message = stream.get_final_message()
+        with httpx.Client(timeout=TIMEOUT) as http:
+            raw = http.post(server.url + "/v1/messages", json={"stream": True}).content
+            refused = http.post(server.url + "/v1/messages", json={"stream": False})
+    assert raw == path.read_bytes()
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "stream_required"
+    assert message.id == events[0]["message"]["id"] and message.stop_reason == stop[-1]
+    assert {i: b.text for i, b in enumerate(message.content) if b.type == "text" and i in texts} == texts
+    assert sum(e.type == "content_block_delta" for e in streamed) == sum(e["type"] == "content_block_delta"
+                                                                         for e in events)
+
+
+def test_google_genai_reads_the_replayed_gemini_recordings():
+    genai = pytest.importorskip("google.genai")
+    from google.genai import types
+
+    with ReplayServer(GEMINI, rate=5000) as server:
+        client = genai.Client(api_key="x", http_options=types.HttpOptions(base_url=server.url, timeout=10_000))
+        streams = [list(client.models.generate_content_stream(model="gemini-x", contents="hi")) for _ in GEMINI]
+        with httpx.Client(timeout=TIMEOUT) as http:
+            raw = http.post(server.url + "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", json={}).content
+    assert raw == GEMINI[0].read_bytes()  # the rotation starts over
+    for path, chunks in zip(GEMINI, streams):
+        events = _sse_json(path)
+        assert len(chunks) == len(events), path.name
+        expected = "".join(p.get("text", "") for e in events for c in e.get("candidates", [])
+                           for p in (c.get("content") or {}).get("parts", []) if not p.get("thought"))
+        got = "".join(p.text or "" for ch in chunks for c in (ch.candidates or []) for p in (c.content.parts or [])
+                      if c.content is not None and not p.thought)
+        assert got == expected, path.name
+        assert chunks[-1].response_id == events[-1].get("responseId"), path.name
+
+
+def test_completions_recording_replayed_to_the_openai_sdk(tmp_path):
+    """A Completions recording (made by the synthetic server: the corpus has none) replayed at
+    /v1/completions, byte for byte, and read by the openai SDK."""
+    openai = pytest.importorskip("openai")
+    recording = tmp_path / "completions.sse"
+    with SyntheticServer(tokens=9, rate=0, ttft=0) as server:
+        body = {"model": "m", "prompt": "a b c", "stream": True, "stream_options": {"include_usage": True}}
+        recording.write_bytes(httpx.post(server.url + "/v1/completions", json=body, timeout=TIMEOUT).content)
+    assert recording_protocol(recording.read_bytes()) == "completions"
+    with ReplayServer([recording], rate=2000) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+        chunks = list(client.completions.create(model="m", prompt="hi", stream=True))
+        raw = httpx.post(server.url + "/v1/completions", json={"stream": True}, timeout=TIMEOUT).content
+        refused = httpx.post(server.url + "/v1/completions", json={}, timeout=TIMEOUT)
+    assert raw == recording.read_bytes() and refused.status_code == 400
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == Synthetic.text(9)
+    assert chunks[-1].usage.completion_tokens == 9 and chunks[-1].usage.prompt_tokens == 3
+
+
+# --- The synthetic server, read by every client -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    with SyntheticServer(tokens=8, rate=1000, ttft=0.005) as server:
+        yield server
+
+
+def test_synthetic_responses_with_the_openai_sdk(synthetic):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=synthetic.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+    with client.responses.stream(model="m", input="one two three") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text == Synthetic.text(8) and final.status == "completed"
+    assert final.usage.output_tokens == 8 and final.usage.input_tokens == 3
+    # truncated: the stream ends with response.incomplete, as OpenAI's does (the SDK's stream
+    # helper wants response.completed, so read the events)
+    events = list(client.responses.create(model="m", input="x", max_output_tokens=3, stream=True))
+    short = events[-1]
+    assert short.type == "response.incomplete" and short.response.status == "incomplete"
+    assert short.response.output_text == Synthetic.text(3)
+    assert short.response.incomplete_details.reason == "max_output_tokens"
+    acc = ResponseAccumulator()
+    acc.feed(httpx.post(synthetic.url + "/v1/responses", json={"stream": True, "input": "x"}, timeout=TIMEOUT).content)
+    assert acc.output_text == Synthetic.text(8) and not acc.warnings
+
+
+def test_synthetic_chat_and_completions_with_the_openai_sdk(synthetic):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=synthetic.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+    messages = [{"role": "user", "content": "say hi"}]
+    chunks = list(client.chat.completions.create(model="m", messages=messages, stream=True,
+                                                 stream_options={"include_usage": True}, max_tokens=5))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == Synthetic.text(5)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 5 and chunks[-1].usage.prompt_tokens == 2
+    no_usage = list(client.chat.completions.create(model="m", messages=messages, stream=True))
+    assert all(c.usage is None for c in no_usage) and no_usage[-1].choices[0].finish_reason == "stop"
+    acc = ChatAccumulator()
+    for chunk in client.chat.completions.with_streaming_response.create(model="m", messages=messages,
+                                                                        stream=True).__enter__().iter_bytes():
+        acc.feed(chunk)
+    assert acc.completion.choices[0].message.content == Synthetic.text(8)
+    text = "".join(c.choices[0].text for c in client.completions.create(model="m", prompt="p", stream=True)
+                   if c.choices)
+    assert text == Synthetic.text(8)
+
+
+def test_synthetic_anthropic_with_the_sdk(synthetic):
+    anthropic = pytest.importorskip("anthropic")
+    client = anthropic.Anthropic(base_url=synthetic.url, api_key="x", max_retries=0, timeout=TIMEOUT)
+    with client.messages.stream(model="claude-x", max_tokens=100, messages=[{"role": "user", "content": "a b"}]) as s:
+        text = "".join(s.text_stream)
+        message = s.get_final_message()
+    assert text == message.content[0].text == Synthetic.text(8) and message.stop_reason == "end_turn"
+    assert message.model == "claude-x" and message.usage.output_tokens == 8 and message.usage.input_tokens == 2
+    with client.messages.stream(model="m", max_tokens=4, messages=[{"role": "user", "content": "a"}]) as s:
+        short = s.get_final_message()
+    assert short.content[0].text == Synthetic.text(4) and short.stop_reason == "max_tokens"
+
+
+def test_synthetic_gemini_with_google_genai(synthetic):
+    genai = pytest.importorskip("google.genai")
+    from google.genai import types
+
+    client = genai.Client(api_key="x", http_options=types.HttpOptions(base_url=synthetic.url, timeout=10_000))
+    chunks = list(client.models.generate_content_stream(model="gemini-x", contents="one two"))
+    assert "".join(c.text for c in chunks) == Synthetic.text(8) and len(chunks) == 8
+    assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
+    assert chunks[-1].usage_metadata.candidates_token_count == 8 and chunks[-1].model_version == "gemini-x"
+    config = types.GenerateContentConfig(max_output_tokens=2)
+    short = list(client.models.generate_content_stream(model="gemini-x", contents="x", config=config))
+    assert short[-1].candidates[0].finish_reason == types.FinishReason.MAX_TOKENS and len(short) == 2
+    raw = httpx.post(synthetic.url + "/v1beta/models/g:streamGenerateContent?alt=sse", json={}, timeout=TIMEOUT)
+    assert raw.content.endswith(b"\r\n\r\n") and b"\n\n" not in raw.content.replace(b"\r\n", b"")
+
+
+def test_synthetic_errors_and_health(synthetic):
+    with httpx.Client(timeout=TIMEOUT) as client:
+        health = client.get(synthetic.url + "/health").json()
+        assert health["status"] == "ok" and health["synthetic"] == {"tokens": 8, "rate": 1000.0, "ttft": 0.005}
+        assert set(health["lateness"]) == set(health["itl"]) == {"count", "median_ms", "p99_ms", "max_ms"}
+        client.get(synthetic.url + "/health?reset")
+        client.post(synthetic.url + "/v1/completions", json={"stream": True, "max_tokens": 3})
+        after = client.get(synthetic.url + "/health").json()
+        lateness, itl = after["lateness"], after["itl"]
+        assert lateness["count"] == 3 and 0 <= lateness["median_ms"] <= lateness["p99_ms"] <= lateness["max_ms"]
+        assert itl["count"] == 2 and itl["median_ms"] > 0.5  # one token per ms, as sent
+        for route in ("/v1/responses", "/v1/chat/completions", "/v1/completions", "/v1/messages"):
+            refused = client.post(synthetic.url + route, json={"stream": False})
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == "stream_required", route
+        bad = client.post(synthetic.url + "/v1/chat/completions", content=b"[1,")
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+
+
+def test_synthetic_concurrent_streams_httpx_async(synthetic):
+    async def run() -> list[bytes]:
+        async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+            async def one(i: int) -> bytes:
+                body = {"stream": True, "messages": [{"role": "user", "content": "x"}]}
+                async with client.stream("POST", synthetic.url + "/v1/chat/completions", json=body) as response:
+                    return b"".join([chunk async for chunk in response.aiter_bytes()])
+
+            return await asyncio.gather(*(one(i) for i in range(32)))
+
+    bodies = asyncio.run(asyncio.wait_for(run(), TIMEOUT))
+    for body in bodies:
+        acc = ChatAccumulator()
+        acc.feed(body)
+        assert acc.completion.choices[0].message.content == Synthetic.text(8)
+        assert body.endswith(b"data: [DONE]\n\n")
+
+
+def test_synthetic_pacing_is_exact_enough():
+    """Each token leaves at ttft + i / rate after the request: measured by the client over real
+    sockets (loose bounds: this checks the schedule, not the speed)."""
+    from rapidsse.measure import endpoint_url, measure, request_body
+
+    rate, ttft, tokens = 100.0, 0.05, 20
+    with SyntheticServer(tokens=tokens, rate=rate, ttft=ttft) as server:
+        run = asyncio.run(asyncio.wait_for(measure(endpoint_url(server.url, "anthropic"),
+                                                   [request_body("anthropic", "x")], protocol="anthropic",
+                                                   num_prompts=4, max_concurrency=4), TIMEOUT))
+    for result in run.results:
+        assert result.ok and len(result.token_times) == tokens
+        assert ttft <= result.ttft < ttft + 0.1  # (upper bounds loose: a busy machine)
+        itls = sorted(result.itls)
+        assert abs(itls[len(itls) // 2] - 1 / rate) < 0.002  # median within 2 ms of 10 ms
+        # no drift: the last token is due at ttft + (tokens - 1) / rate
+        assert result.token_times[-1] - (ttft + (tokens - 1) / rate) < 0.1
+
+
+def test_serve_synthetic_command_line():
+    command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", "4", "--rate", "500",
+               "--ttft", "1", "--port", "0", "--log-level", "warning"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = process.stderr.readline()
+        assert "synthetic streams of 4 tokens at 500 tokens/s after 1 ms" in banner, banner
+        base = banner.rsplit(" on ", 1)[1].strip()
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                body = httpx.post(base + "/messages", json={"stream": True, "max_tokens": 9}, timeout=TIMEOUT).content
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.05)
+        texts = [json.loads(e.data)["delta"].get("text") for e in rapidsse.iter_sse([body])
+                 if e.event == "content_block_delta"]
+        assert "".join(texts) == Synthetic.text(4)
     finally:
         process.terminate()
         process.wait(timeout=TIMEOUT)

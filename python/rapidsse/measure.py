@@ -1,52 +1,315 @@
-"""The client side of a serving benchmark: time to first token, inter-token latency, throughput.
+"""The client side of a serving benchmark, open loop, with vLLM's metrics and key names.
 
-``rapidsse measure --url URL [--requests N] [--concurrency C] [--protocol responses|chat]
-[--body JSON] [--json FILE]`` sends ``N`` streaming requests, ``C`` at a time, and reports the
-percentiles (p50/p90/p99) of time to first token (TTFT) and inter-token latency (ITL), per-request
-latency and throughput, totals and errors.
+``rapidsse measure --url URL [--protocol P] [--num-prompts N] [--request-rate R] [--burstiness B]
+[--max-concurrency C] [--dataset FILE | --input-len L] [--output-len M] [--warmup W] [--seed S]
+[--percentiles 50,90,99] [--goodput ttft:MS tpot:MS e2el:MS] [--save-result FILE.json]``
 
-A "token" is one text delta as the server streams it: ``output_text``, ``refusal``, reasoning and
-tool-argument deltas (Responses), or a chunk whose choices carry content, refusal, reasoning or tool
-call deltas (Chat). Each chunk of bytes is timestamped once on arrival and decoded by rapidsse's
-:class:`~rapidsse.EventDecoder` (one msgspec call per chunk); a :class:`~rapidsse.ResponseAccumulator`
-/ :class:`~rapidsse.ChatAccumulator` taps the same bytes for the final status and usage. So the meter
-costs little per token, and deltas that arrive in one chunk share its timestamp (an ITL of 0).
+Traffic is open loop, as in ``vllm bench serve``: request ``i`` is *due* at the ``i``-th arrival
+of a process with gamma-distributed gaps of mean ``1/R`` and shape ``B`` (``B = 1``: Poisson;
+smaller is burstier, larger more regular; ``R = inf``: all due at once). ``--max-concurrency``
+caps the requests in flight; a due request waits for a free slot. Every latency counts from the
+moment the request was **due**, so that wait shows in TTFT and E2EL instead of hiding (vLLM counts
+from the moment it sends). The wait itself is reported as the client queue time.
 
-A request fails when it raises (connect error, timeout, bad stream), returns a non-2xx status or
-no event stream, or when the stream reports a failure (``response.failed``, an ``error`` event).
-The exit code is 0 when every request succeeded, 1 when one failed, or for bad arguments or a
-missing dependency (as for the rest of the command line).
+Protocols and their endpoints: ``responses`` (``/v1/responses``), ``chat``
+(``/v1/chat/completions``), ``completions`` (``/v1/completions``), ``anthropic`` (``/v1/messages``)
+and ``gemini`` (``/v1beta/models/{model}:streamGenerateContent?alt=sse``). A ``--url`` that is a
+base URL (``http://host:port`` or one ending in ``/v1``) gets the protocol's route appended.
 
-Needs httpx; shows a progress bar with rich when stderr is a terminal.
+Metrics, as vLLM defines them: TTFT (due → first token), TPOT ((E2EL − TTFT) / (output tokens −
+1), per request), ITL (the gaps between consecutive tokens, over all requests) and E2EL (due → the
+end of the response), each with mean, median, population standard deviation and the chosen
+percentiles (linear interpolation, as numpy's default). A *token* is one streamed event that
+carries output (text, reasoning, refusal, tool-call arguments); events that arrive in one read
+share its timestamp (an ITL of 0), as in vLLM. Output tokens per request are the server's
+``usage`` count when it sent one, else the token events counted. Goodput is completed requests per
+second that met every given SLO (a request with one output token has a TPOT of 0).
+
+A request fails, with its reason counted, on a connection error or timeout, a non-2xx status
+(``HTTP 500: ...``), a reply that is not ``text/event-stream``, an error event in the stream
+(``error event: ...``), a failed response (``response.failed: ...``), or a stream that ended
+before its final event (``cut short: ...``: ``response.completed``/``incomplete``, a chat
+``finish_reason`` or ``[DONE]``, Completions' ``[DONE]``, Anthropic's ``message_stop``, a Gemini
+``finishReason``).
+
+The client is made to stay out of its own measurements: each request is an :mod:`asyncio`
+protocol that timestamps the bytes in ``data_received`` (before any task switch), lets httptools
+(llhttp, in C) take the HTTP framing off and hands the body straight to rapidsse's decoder, so a
+read costs a few microseconds and no coroutine step. HTTP/1.1 only, one connection per request, no
+proxy; ``https`` URLs use the default TLS context. The event loop is uvloop's when it is installed
+(``--loop`` chooses).
+
+Needs httptools (``pip install 'rapidsse[measure]'``); the progress bar needs rich.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import math
+import random
+import ssl
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
+
 from . import chat, responses
-from .accumulate import ChatAccumulator, ResponseAccumulator
 from .decoding import EventDecoder
 from .errors import SSEError
-from .integrations import expect_event_stream, protocol_for_path
+from .framing import SSEDecoder
 
-__all__ = ["RequestResult", "measure", "register", "run", "summarize"]
+__all__ = [
+    "PROTOCOLS",
+    "RequestResult",
+    "Run",
+    "arrival_times",
+    "endpoint_url",
+    "format_report",
+    "generated_prompts",
+    "load_dataset",
+    "measure",
+    "percentile",
+    "register",
+    "request_body",
+    "run",
+    "run_loop",
+    "summarize",
+]
 
-DEFAULT_BODIES = {
-    "responses": {"model": "default", "input": "Say hello."},
-    "chat": {"model": "default", "messages": [{"role": "user", "content": "Say hello."}]},
+PROTOCOLS = ("responses", "chat", "completions", "anthropic", "gemini")
+ROUTES = {
+    "responses": "/v1/responses",
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/{model}:streamGenerateContent?alt=sse",
 }
-_ROUTES = {"responses": "/responses", "chat": "/chat/completions"}
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+DEFAULT_PROMPT = "Say hello."
+ANTHROPIC_VERSION = "2023-06-01"
+_GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+_WORDS = ("the quick brown fox jumps over a lazy dog while seven bright stars watch "
+          "silent rivers carry old songs toward distant green hills").split()
+
+
+# --- Load: request bodies ----------------------------------------------------------------------
+
+
+def request_body(protocol: str, prompt: str, *, model: str = "default", max_tokens: int | None = None) -> dict[str, Any]:
+    """The streaming request body of ``protocol`` for one user ``prompt``.
+
+    ``max_tokens`` goes where each API takes it (``max_output_tokens``, ``max_completion_tokens``,
+    ``max_tokens``, ``generationConfig.maxOutputTokens``); Anthropic requires one (1024 when not
+    given). Chat and Completions ask for ``stream_options.include_usage``.
+    """
+    if protocol == "responses":
+        body: dict[str, Any] = {"model": model, "input": prompt, "stream": True}
+        if max_tokens is not None:
+            body["max_output_tokens"] = max_tokens
+    elif protocol == "chat":
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True,
+                "stream_options": {"include_usage": True}}
+        if max_tokens is not None:
+            body["max_completion_tokens"] = max_tokens
+    elif protocol == "completions":
+        body = {"model": model, "prompt": prompt, "stream": True, "stream_options": {"include_usage": True}}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+    elif protocol == "anthropic":
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True,
+                "max_tokens": 1024 if max_tokens is None else max_tokens}
+    elif protocol == "gemini":
+        body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}]}
+        if max_tokens is not None:
+            body["generationConfig"] = {"maxOutputTokens": max_tokens}
+    else:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    return body
+
+
+def _streaming(protocol: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` made to stream (and, for Chat and Completions, to report usage)."""
+    if protocol == "gemini":  # Gemini streams by its URL
+        return body
+    body = {**body, "stream": True}
+    if protocol in ("chat", "completions"):
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return body
+
+
+def generated_prompts(count: int, input_len: int, *, seed: int | None = None) -> list[str]:
+    """``count`` prompts of ``input_len`` words each, drawn from a small vocabulary (seeded)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(_WORDS, k=input_len)) for _ in range(count)]
+
+
+def load_dataset(path: str | Path, protocol: str, *, model: str = "default",
+                 max_tokens: int | None = None) -> list[dict[str, Any]]:
+    """Request bodies from ``path``: JSON lines (or one JSON array) of either request bodies, used
+    as they are (``stream`` forced on), or ShareGPT-style records (``{"conversations": [{"from":
+    "human", "value": ...}, ...]}``), whose first human turn becomes the prompt of a
+    ``protocol`` request. Blank lines are skipped; records with no human turn too."""
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        records = json.loads(text)
+    else:
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    bodies = []
+    for number, record in enumerate(records, 1):
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: record {number} is not a JSON object")
+        conversation = record.get("conversations", record.get("conversation"))
+        if conversation is None:
+            bodies.append(_streaming(protocol, record))
+            continue
+        prompt = next((turn.get("value") or turn.get("content") for turn in conversation
+                       if isinstance(turn, dict) and turn.get("from", turn.get("role")) in ("human", "user")), None)
+        if isinstance(prompt, str) and prompt:
+            bodies.append(request_body(protocol, prompt, model=model, max_tokens=max_tokens))
+    if not bodies:
+        raise ValueError(f"{path}: no request in the dataset")
+    return bodies
+
+
+def endpoint_url(url: str, protocol: str, model: str = "default") -> str:
+    """The endpoint for ``--url``: a URL whose path already ends with the protocol's route is kept;
+    a base URL (no path, or one ending in ``/v1`` / ``/v1beta``) gets the route appended."""
+    route = ROUTES[protocol].format(model=model)
+    route_path = route.split("?", 1)[0]
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    tail = route_path.split("/", 2)[2]  # the route after /v1 or /v1beta
+    if path.endswith("/" + tail):
+        return url
+    base = url.split("?", 1)[0].rstrip("/")
+    for prefix in ("/v1beta", "/v1"):
+        if path.endswith(prefix) and route.startswith(prefix + "/"):
+            return base + route[len(prefix):]
+    return base + route
+
+
+def protocol_for_url(url: str) -> str:
+    """The protocol an endpoint URL names (``responses`` when it names none)."""
+    path = urlsplit(url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat"
+    if path.endswith("/completions"):
+        return "completions"
+    if path.endswith("/messages"):
+        return "anthropic"
+    if ":streamGenerateContent" in path or path.endswith("/v1beta"):
+        return "gemini"
+    return "responses"
+
+
+# --- Arrivals ----------------------------------------------------------------------------------
+
+
+def arrival_times(count: int, request_rate: float, burstiness: float = 1.0, seed: int | None = None) -> list[float]:
+    """When each of ``count`` requests is due, in seconds from the start: the first at 0, then gaps
+    drawn from a gamma distribution of shape ``burstiness`` and mean ``1 / request_rate``
+    (exponential, so a Poisson process, for ``burstiness = 1``). ``request_rate = inf``: all at 0.
+
+    >>> arrival_times(3, float("inf"))
+    [0.0, 0.0, 0.0]
+    """
+    if not request_rate > 0:
+        raise ValueError("request_rate must be positive (inf: all at once)")
+    if not burstiness > 0:
+        raise ValueError("burstiness must be positive")
+    if math.isinf(request_rate):
+        return [0.0] * count
+    rng = random.Random(seed)
+    scale = 1.0 / (request_rate * burstiness)
+    times = []
+    due = 0.0
+    for index in range(count):
+        if index:
+            due += rng.gammavariate(burstiness, scale)
+        times.append(due)
+    return times
+
+
+# --- What one request measured -------------------------------------------------------------------
+
+
+@dataclass
+class RequestResult:
+    """What one request measured. Times are seconds counted from when the request was due."""
+
+    ok: bool = False
+    status_code: int | None = None
+    error: str | None = None
+    due: float = 0.0
+    """When it was due, in seconds from the start of the run."""
+    queued: float = 0.0
+    """How long it waited for a free slot (``--max-concurrency``) before it was sent."""
+    ttft: float | None = None
+    latency: float = 0.0
+    """E2EL: due → the end of the response."""
+    token_times: list[float] = field(default_factory=list)
+    output_tokens: int | None = None
+    """The server's own ``usage`` count of output tokens, when it sent one."""
+    input_tokens: int | None = None
+    """The server's ``usage`` count of input (prompt) tokens, when it sent one."""
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens: the usage count when sent, else the token events received."""
+        return self.output_tokens if self.output_tokens is not None else len(self.token_times)
+
+    @property
+    def itls(self) -> list[float]:
+        """Inter-token latencies: the gaps between consecutive token events."""
+        t = self.token_times
+        return [b - a for a, b in zip(t, t[1:])]
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first; None for fewer than two tokens."""
+        if self.ttft is None or self.tokens < 2:
+            return None
+        return (self.latency - self.ttft) / (self.tokens - 1)
+
+
+# --- Per-protocol adapters: bytes in, token events counted -----------------------------------------
+#
+# Each adapter takes the response body as it arrives (``feed(chunk) -> tokens completed``) and
+# knows when the stream reached its final event, whether it reported an error, and its usage.
+# Responses and Chat go through rapidsse's typed decoder (one call per chunk, Structs built in
+# Rust). Completions, Anthropic and Gemini use rapidsse's SSE framer and a msgspec decode of only
+# the fields counted here (their accumulators are being written): each of those is one class below,
+# to be switched to its accumulator's decoder when it lands.
+
+
+class _Adapter:
+    __slots__ = ("finished", "error", "output_tokens", "input_tokens")
+
+    final_event = ""
+    """What this protocol ends a stream with (for the cut-short reason)."""
+
+    def __init__(self) -> None:
+        self.finished = False
+        self.error: str | None = None
+        self.output_tokens: int | None = None
+        self.input_tokens: int | None = None
+
+    def feed(self, chunk: bytes) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The body ended."""
+
+
 _RESPONSES_TOKEN_TYPES = (
     responses.OutputTextDelta,
     responses.RefusalDelta,
@@ -55,163 +318,518 @@ _RESPONSES_TOKEN_TYPES = (
     responses.FunctionCallArgumentsDelta,
     responses.CustomToolCallInputDelta,
 )
+_RESPONSES_FINAL_TYPES = (responses.ResponseCompleted, responses.ResponseIncomplete, responses.ResponseFailed)
+
+
+class _ResponsesAdapter(_Adapter):
+    __slots__ = ("_decode",)
+    final_event = "response.completed"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._decode = EventDecoder("responses", on_error="skip").feed
+
+    def feed(self, chunk: bytes) -> int:
+        tokens = 0
+        for event in self._decode(chunk):
+            if isinstance(event, _RESPONSES_TOKEN_TYPES):
+                tokens += 1
+            elif isinstance(event, _RESPONSES_FINAL_TYPES):
+                self.finished = True
+                final = event.response
+                if final is not None:
+                    if final.usage is not None:
+                        self.output_tokens = final.usage.output_tokens
+                        self.input_tokens = final.usage.input_tokens
+                    if isinstance(event, responses.ResponseFailed) and self.error is None:
+                        message = final.error.message if final.error is not None else None
+                        self.error = f"response.failed: {message or 'no message'}"
+            elif isinstance(event, responses.Error) and self.error is None:
+                detail = event.error
+                message = event.message or (detail.message if detail is not None else None)
+                self.error = f"error event: {message or event.code or 'no message'}"
+        return tokens
+
+
+class _ChatAdapter(_Adapter):
+    __slots__ = ("_decoder", "_decode")
+    final_event = "a finish_reason or [DONE]"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._decoder = EventDecoder("chat", on_error="skip")
+        self._decode = self._decoder.feed
+
+    def feed(self, chunk: bytes) -> int:
+        tokens = 0
+        for event in self._decode(chunk):
+            if not isinstance(event, chat.ChatCompletionChunk):
+                continue
+            counted = False
+            for choice in event.choices:
+                delta = choice.delta
+                if not counted and delta is not None and (delta.content or delta.refusal or delta.reasoning
+                                                          or delta.reasoning_content or delta.tool_calls):
+                    tokens += 1
+                    counted = True
+                if choice.finish_reason:
+                    self.finished = True
+            if event.usage is not None:
+                self.output_tokens = event.usage.completion_tokens
+                self.input_tokens = event.usage.prompt_tokens
+            if event.error is not None and self.error is None:
+                self.error = f"error event: {event.error.message or event.error.code or 'no message'}"
+        if self._decoder.done:
+            self.finished = True
+        return tokens
+
+
+# Completions (adapter to be switched to rapidsse.completions when it lands).
+
+
+class _CompletionChoice(msgspec.Struct):
+    text: str | None = None
+    finish_reason: str | None = None
+
+
+class _CompletionUsage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _ErrorObject(msgspec.Struct):
+    message: str | None = None
+    type: str | None = None
+    code: str | int | None = None
+
+
+class _CompletionChunk(msgspec.Struct):
+    choices: list[_CompletionChoice] = []
+    usage: _CompletionUsage | None = None
+    error: _ErrorObject | None = None
+
+
+class _CompletionsAdapter(_Adapter):
+    __slots__ = ("_frame",)
+    final_event = "[DONE]"
+    _decode = msgspec.json.Decoder(_CompletionChunk).decode
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._frame = SSEDecoder().feed
+
+    def feed(self, chunk: bytes) -> int:
+        tokens = 0
+        for event in self._frame(chunk):
+            if event.data == "[DONE]":
+                self.finished = True
+                continue
+            try:
+                payload = self._decode(event.data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if any(choice.text for choice in payload.choices):
+                tokens += 1
+            if payload.usage is not None:
+                self.output_tokens = payload.usage.completion_tokens
+                self.input_tokens = payload.usage.prompt_tokens
+            if payload.error is not None and self.error is None:
+                self.error = f"error event: {payload.error.message or payload.error.code or 'no message'}"
+        return tokens
+
+
+# Anthropic Messages (adapter to be switched to rapidsse.anthropic when it lands).
+
+
+class _AnthropicDelta(msgspec.Struct):
+    type: str = ""
+    text: str | None = None
+    thinking: str | None = None
+    partial_json: str | None = None
+
+
+class _AnthropicUsage(msgspec.Struct):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class _AnthropicMessage(msgspec.Struct):
+    usage: _AnthropicUsage | None = None
+
+
+class _AnthropicEvent(msgspec.Struct):
+    type: str = ""
+    delta: _AnthropicDelta | None = None
+    usage: _AnthropicUsage | None = None
+    message: _AnthropicMessage | None = None
+    error: _ErrorObject | None = None
+
+
+class _AnthropicAdapter(_Adapter):
+    __slots__ = ("_frame",)
+    final_event = "message_stop"
+    _decode = msgspec.json.Decoder(_AnthropicEvent).decode
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._frame = SSEDecoder().feed
+
+    def feed(self, chunk: bytes) -> int:
+        tokens = 0
+        for event in self._frame(chunk):
+            try:
+                payload = self._decode(event.data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            kind = payload.type
+            if kind == "content_block_delta":
+                delta = payload.delta
+                if delta is not None and (delta.text or delta.thinking or delta.partial_json):
+                    tokens += 1
+            elif kind == "message_start":
+                usage = payload.message.usage if payload.message is not None else None
+                if usage is not None:
+                    self.input_tokens = usage.input_tokens
+            elif kind == "message_delta":
+                if payload.usage is not None and payload.usage.output_tokens is not None:
+                    self.output_tokens = payload.usage.output_tokens
+                    if payload.usage.input_tokens is not None:
+                        self.input_tokens = payload.usage.input_tokens
+            elif kind == "message_stop":
+                self.finished = True
+            elif kind == "error" and self.error is None:
+                error = payload.error
+                self.error = f"error event: {(error.message or error.type) if error else 'no message'}"
+        return tokens
+
+
+# Gemini (adapter to be switched to rapidsse.gemini when it lands).
+
+
+class _GeminiPart(msgspec.Struct):
+    text: str | None = None
+    functionCall: msgspec.Raw = msgspec.Raw()  # noqa: N815 (the API's name; left undecoded)
+    executableCode: msgspec.Raw = msgspec.Raw()  # noqa: N815
+
+
+class _GeminiContent(msgspec.Struct):
+    parts: list[_GeminiPart] = []
+
+
+class _GeminiCandidate(msgspec.Struct):
+    content: _GeminiContent | None = None
+    finishReason: str | None = None  # noqa: N815
+
+
+class _GeminiUsage(msgspec.Struct):
+    promptTokenCount: int | None = None  # noqa: N815
+    candidatesTokenCount: int | None = None  # noqa: N815
+    thoughtsTokenCount: int | None = None  # noqa: N815
+
+
+class _GeminiChunk(msgspec.Struct):
+    candidates: list[_GeminiCandidate] = []
+    usageMetadata: _GeminiUsage | None = None  # noqa: N815
+    error: _ErrorObject | None = None
+
+
+class _GeminiAdapter(_Adapter):
+    __slots__ = ("_frame",)
+    final_event = "a finishReason"
+    _decode = msgspec.json.Decoder(_GeminiChunk).decode
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._frame = SSEDecoder().feed
+
+    def feed(self, chunk: bytes) -> int:
+        tokens = 0
+        for event in self._frame(chunk):
+            try:
+                payload = self._decode(event.data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            for candidate in payload.candidates:
+                content = candidate.content
+                if content is not None and any(p.text or len(p.functionCall) or len(p.executableCode) for p in content.parts):
+                    tokens += 1
+                    break
+            for candidate in payload.candidates:
+                if candidate.finishReason:
+                    self.finished = True
+            usage = payload.usageMetadata
+            if usage is not None:
+                self.input_tokens = usage.promptTokenCount
+                if usage.candidatesTokenCount is not None:
+                    self.output_tokens = usage.candidatesTokenCount + (usage.thoughtsTokenCount or 0)
+            if payload.error is not None and self.error is None:
+                self.error = f"error event: {payload.error.message or payload.error.code or 'no message'}"
+        return tokens
+
+
+_ADAPTERS: dict[str, type[_Adapter]] = {
+    "responses": _ResponsesAdapter,
+    "chat": _ChatAdapter,
+    "completions": _CompletionsAdapter,
+    "anthropic": _AnthropicAdapter,
+    "gemini": _GeminiAdapter,
+}
+
+
+# --- The transport: one request as an asyncio protocol ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    host: str
+    port: int
+    tls: ssl.SSLContext | None
+    head: bytes  # the request line and headers, up to content-length
+
+
+def _target(url: str, headers: dict[str, str]) -> _Target:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"--url must be an http:// or https:// URL, not {url!r}")
+    tls = ssl.create_default_context() if parts.scheme == "https" else None
+    port = parts.port or (443 if tls else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host_header = parts.netloc.rsplit("@", 1)[-1]
+    lines = [f"POST {target} HTTP/1.1", f"host: {host_header}", "content-type: application/json",
+             "accept: text/event-stream", "accept-encoding: identity", "connection: close",
+             "user-agent: rapidsse-measure"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return _Target(parts.hostname, port, tls, ("\r\n".join(lines) + "\r\n").encode("latin-1"))
+
+
+class _Exchange(asyncio.Protocol):
+    """One HTTP/1.1 request and its streamed response, parsed by httptools as bytes arrive."""
+
+    def __init__(self, request: bytes, adapter: _Adapter, origin: float, result: RequestResult,
+                 done: asyncio.Future[None]) -> None:
+        import httptools
+
+        self._request = request
+        self._adapter = adapter
+        self._origin = origin
+        self._result = result
+        self._done = done
+        self._parser = httptools.HttpResponseParser(self)
+        self._parse_error = httptools.HttpParserError
+        self._content_type = b""
+        self._streaming = False
+        self._error_body = bytearray()
+        self._now = 0.0
+        self._transport: asyncio.Transport | None = None
+
+    # asyncio callbacks
+
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+        transport.write(self._request)
+
+    def data_received(self, data: bytes) -> None:
+        self._now = time.perf_counter()
+        try:
+            self._parser.feed_data(data)
+        except self._parse_error as exc:
+            self._finish(f"bad HTTP response: {exc}")
+        except SSEError as exc:
+            self._finish(f"{type(exc).__name__}: {exc}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._done.done():
+            status = self._result.status_code
+            if status is not None and not 200 <= status < 300:
+                self._finish(f"HTTP {status}: {bytes(self._error_body[:200]).decode('utf-8', 'replace')}")
+                return
+            reason = f"{type(exc).__name__}: {exc}" if exc else "the server closed the connection"
+            self._finish(f"cut short: {reason} before the response ended")
+
+    # httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"content-type":
+            self._content_type = value
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        self._result.status_code = status
+        if 200 <= status < 300:
+            media_type = self._content_type.split(b";", 1)[0].strip().lower()
+            if media_type == b"text/event-stream":
+                self._streaming = True
+            else:
+                self._finish(f"not an event stream: content type {self._content_type.decode('latin-1')!r}")
+
+    def on_body(self, body: bytes) -> None:
+        if not self._streaming:
+            if len(self._error_body) < 200:
+                self._error_body += body
+            return
+        tokens = self._adapter.feed(body)
+        if tokens:
+            now = self._now - self._origin
+            result = self._result
+            if result.ttft is None:
+                result.ttft = now
+            result.token_times.extend([now] * tokens)
+
+    def on_message_complete(self) -> None:
+        result = self._result
+        if not self._streaming:
+            status = result.status_code
+            if status is not None and not 200 <= status < 300:
+                text = bytes(self._error_body[:200]).decode("utf-8", "replace")
+                self._finish(f"HTTP {status}: {text}")
+            return
+        adapter = self._adapter
+        adapter.close()
+        result.output_tokens = adapter.output_tokens
+        result.input_tokens = adapter.input_tokens
+        if adapter.error is not None:
+            self._finish(adapter.error)
+        elif not adapter.finished:
+            self._finish(f"cut short: the stream ended before {adapter.final_event}")
+        else:
+            self._finish(None)
+
+    def _finish(self, error: str | None) -> None:
+        if self._done.done():
+            return
+        self._result.latency = self._now - self._origin if self._now else time.perf_counter() - self._origin
+        self._result.error = error
+        self._result.ok = error is None
+        self._done.set_result(None)
+        if self._transport is not None:
+            self._transport.close()
+
+
+async def _one_request(target: _Target, protocol: str, body: dict[str, Any], origin: float,
+                       result: RequestResult, timeout: float) -> None:
+    """Sends one request; fills ``result`` (times relative to ``origin``, the moment it was due)."""
+    loop = asyncio.get_running_loop()
+    payload = msgspec.json.encode(body)
+    request = target.head + b"content-length: %d\r\n\r\n" % len(payload) + payload
+    done: asyncio.Future[None] = loop.create_future()
+
+    async def exchange() -> None:
+        transport, _ = await loop.create_connection(
+            lambda: _Exchange(request, _ADAPTERS[protocol](), origin, result, done),
+            target.host, target.port, ssl=target.tls,
+        )
+        try:
+            await done
+        finally:
+            transport.close()
+
+    try:
+        await asyncio.wait_for(exchange(), timeout)
+    except (OSError, asyncio.TimeoutError) as exc:
+        if not done.done() or done.cancelled():  # (a timeout cancels the wait, and so the future)
+            timed_out = isinstance(exc, asyncio.TimeoutError)
+            result.error = f"timeout after {timeout:g} s" if timed_out else f"{type(exc).__name__}: {exc}"
+            result.ok = False
+            result.latency = time.perf_counter() - origin
+
+
+# --- The run --------------------------------------------------------------------------------------
 
 
 @dataclass
-class RequestResult:
-    """What one request measured. Times are seconds; ``ttft`` and ``token_times`` count from the
-    moment the request was sent."""
+class Run:
+    """The results of a run, in order of arrival, and its wall-clock duration (seconds, from the
+    first request due to the last response)."""
 
-    ok: bool = False
-    status_code: int | None = None
-    error: str | None = None
-    latency: float = 0.0
-    ttft: float | None = None
-    token_times: list[float] = field(default_factory=list)
-    output_tokens: int | None = None
-    """The server's own ``usage`` count of output tokens, when it sent one."""
-
-    @property
-    def tokens(self) -> int:
-        """Text deltas received."""
-        return len(self.token_times)
-
-    @property
-    def itls(self) -> list[float]:
-        """Inter-token latencies: the gaps between consecutive text deltas."""
-        t = self.token_times
-        return [b - a for a, b in zip(t, t[1:])]
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        """Text deltas per second of the request's whole latency."""
-        return self.tokens / self.latency if self.latency > 0 and self.tokens else None
-
-
-def _responses_tokens(events: list[Any]) -> int:
-    return sum(isinstance(event, _RESPONSES_TOKEN_TYPES) for event in events)
-
-
-def _chat_tokens(events: list[Any]) -> int:
-    count = 0
-    for event in events:
-        if isinstance(event, chat.ChatCompletionChunk):
-            for choice in event.choices:
-                delta = choice.delta
-                if delta is not None and (
-                    delta.content or delta.refusal or delta.reasoning or delta.reasoning_content or delta.tool_calls
-                ):
-                    count += 1
-                    break
-    return count
-
-
-_TOKEN_COUNTERS: dict[str, Callable[[list[Any]], int]] = {"responses": _responses_tokens, "chat": _chat_tokens}
-
-
-def _failure(protocol: str, accumulator: Any) -> str | None:
-    """The failure the stream itself reported, if any."""
-    if protocol == "responses":
-        final = accumulator.response
-        if final is not None and final.status == "failed":
-            message = final.error.message if final.error is not None else None
-            return f"response.failed: {message or 'no message'}"
-    errors = [w for w in accumulator.warnings if w.startswith("error event")]
-    return errors[0] if errors else None
-
-
-def _usage_output_tokens(protocol: str, accumulator: Any) -> int | None:
-    final = accumulator.response if protocol == "responses" else accumulator.completion
-    usage = getattr(final, "usage", None)
-    if usage is None:
-        return None
-    return usage.output_tokens if protocol == "responses" else usage.completion_tokens
-
-
-async def _one_request(client: Any, url: str, protocol: str, body: dict[str, Any]) -> RequestResult:
-    import httpx
-
-    result = RequestResult()
-    decoder = EventDecoder(protocol, on_error="skip")  # type: ignore[arg-type]
-    accumulator: Any = (ResponseAccumulator if protocol == "responses" else ChatAccumulator)(on_error="skip")
-    count_tokens = _TOKEN_COUNTERS[protocol]
-    clock = time.perf_counter
-    token_times = result.token_times
-    start = clock()
-    try:
-        async with client.stream("POST", url, json=body, headers={"accept": "text/event-stream"}) as response:
-            result.status_code = response.status_code
-            if not response.is_success:
-                await response.aread()
-                result.error = f"HTTP {response.status_code}: {response.text[:200]}"
-            else:
-                expect_event_stream(response.headers.get("content-type"), response.status_code, response)
-                async for chunk in response.aiter_bytes():
-                    now = clock() - start
-                    accumulator.feed(chunk)
-                    tokens = count_tokens(decoder.feed(chunk))
-                    if tokens:
-                        if result.ttft is None:
-                            result.ttft = now
-                        token_times.extend([now] * tokens)
-                accumulator.close()
-                result.error = _failure(protocol, accumulator)
-                result.output_tokens = _usage_output_tokens(protocol, accumulator)
-    except (httpx.HTTPError, OSError, SSEError) as exc:
-        result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    result.ok = result.error is None
-    result.latency = clock() - start
-    return result
+    results: list[RequestResult]
+    duration: float
 
 
 async def measure(
     url: str,
+    bodies: Sequence[dict[str, Any]],
     *,
-    requests: int = 10,
-    concurrency: int = 1,
     protocol: str = "responses",
-    body: dict[str, Any] | None = None,
+    num_prompts: int | None = None,
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    warmup: int = 0,
+    seed: int | None = None,
     headers: dict[str, str] | None = None,
-    timeout: float = 60.0,
+    timeout: float = 600.0,
     on_result: Callable[[RequestResult], None] | None = None,
-) -> tuple[list[RequestResult], float]:
-    """Sends ``requests`` streaming requests to ``url``, ``concurrency`` at a time.
-
-    ``body`` is the request body (``"stream": true`` is forced); ``on_result`` is called as each
-    request ends (e.g. to advance a progress bar). Returns the results, in order of sending, and the
-    wall-clock duration in seconds.
+) -> Run:
+    """Sends ``num_prompts`` streaming requests (default: one per body; bodies are reused in turn)
+    to the endpoint ``url``, open loop: due at :func:`arrival_times`, at most ``max_concurrency``
+    in flight (``None``: no cap). ``warmup`` requests (the first bodies, same concurrency cap) run
+    first and are not counted. ``on_result`` is called as each counted request ends.
     """
-    import httpx
+    if protocol not in _ADAPTERS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    if not bodies:
+        raise ValueError("no request bodies")
+    count = len(bodies) if num_prompts is None else num_prompts
+    if count < 1 or warmup < 0 or (max_concurrency is not None and max_concurrency < 1):
+        raise ValueError("num_prompts and max_concurrency must be at least 1, warmup at least 0")
+    all_headers = {"anthropic-version": ANTHROPIC_VERSION} if protocol == "anthropic" else {}
+    all_headers.update(headers or {})
+    target = _target(url, all_headers)
+    offsets = arrival_times(count, request_rate, burstiness, seed)
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    loop = asyncio.get_running_loop()
 
-    if protocol not in _TOKEN_COUNTERS:
-        raise ValueError(f"protocol must be 'responses' or 'chat', not {protocol!r}")
-    if requests < 1 or concurrency < 1:
-        raise ValueError("requests and concurrency must be at least 1")
-    payload = {**(body if body is not None else DEFAULT_BODIES[protocol]), "stream": True}
-    results: list[RequestResult | None] = [None] * requests
-    next_index = iter(range(requests))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async def send(body: dict[str, Any], due: float, result: RequestResult,
+                   report: Callable[[RequestResult], None] | None) -> RequestResult:
+        if slots is not None:
+            await slots.acquire()
+        try:
+            result.queued = time.perf_counter() - due
+            await _one_request(target, protocol, body, due, result, timeout)
+        finally:
+            if slots is not None:
+                slots.release()
+        if report is not None:
+            report(result)
+        return result
 
-    async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers) as client:
+    if warmup:
+        now = time.perf_counter()
+        await asyncio.gather(*(send(bodies[i % len(bodies)], now, RequestResult(), None) for i in range(warmup)))
 
-        async def worker() -> None:
-            for index in next_index:
-                result = await _one_request(client, url, protocol, payload)
-                results[index] = result
-                if on_result is not None:
-                    on_result(result)
+    start = time.perf_counter()
+    tasks = []
+    for index, offset in enumerate(offsets):
+        due = start + offset
+        wait = due - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        result = RequestResult(due=offset)
+        tasks.append(loop.create_task(send(bodies[index % len(bodies)], due, result, on_result)))
+    results = await asyncio.gather(*tasks)
+    return Run(list(results), time.perf_counter() - start)
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, requests))))
-        wall = time.perf_counter() - start
-    return [r for r in results if r is not None], wall
+
+def run_loop(coro: Any, loop: str = "auto") -> Any:
+    """Runs ``coro`` to completion on a new event loop: uvloop's (``"uvloop"``; ``"auto"``: when it
+    is installed) or asyncio's own (``"asyncio"``)."""
+    if loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if loop == "uvloop":
+                raise
+        else:
+            return uvloop.run(coro)
+    return asyncio.run(coro)
 
 
 # --- Statistics --------------------------------------------------------------------------------
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) of ``values``, interpolating linearly; None when empty."""
+    """The ``q``-th percentile (0-100) of ``values``, interpolating linearly (numpy's default);
+    None when empty."""
     if not values:
         return None
     ordered = sorted(values)
@@ -220,68 +838,128 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def _distribution(values: Sequence[float], scale: float = 1.0) -> dict[str, float | None]:
-    if not values:
-        return {"mean": None, "min": None, "p50": None, "p90": None, "p99": None, "max": None}
-    scaled = [v * scale for v in values]
-    return {
-        "mean": sum(scaled) / len(scaled),
-        "min": min(scaled),
-        "p50": percentile(scaled, 50),
-        "p90": percentile(scaled, 90),
-        "p99": percentile(scaled, 99),
-        "max": max(scaled),
+def _percentile_name(q: float) -> str:
+    return str(int(q)) if int(q) == q else str(q)
+
+
+def _distribution(name: str, values: Sequence[float], percentiles: Sequence[float]) -> dict[str, float]:
+    """vLLM's keys for one metric, in milliseconds; 0 for no values, as vLLM writes them."""
+    ms = [v * 1000.0 for v in values] or [0.0]
+    mean = sum(ms) / len(ms)
+    out = {
+        f"mean_{name}_ms": mean,
+        f"median_{name}_ms": percentile(ms, 50) or 0.0,
+        f"std_{name}_ms": math.sqrt(sum((v - mean) ** 2 for v in ms) / len(ms)),
     }
+    for q in percentiles:
+        out[f"p{_percentile_name(q)}_{name}_ms"] = percentile(ms, q) or 0.0
+    return out
 
 
-def summarize(results: Sequence[RequestResult], wall: float) -> dict[str, Any]:
-    """The report: totals, errors and distributions (milliseconds for times) over the successful
-    requests."""
+def parse_goodput(specs: Iterable[str]) -> dict[str, float]:
+    """``["ttft:200", "e2el:5000"]`` → ``{"ttft": 200.0, "e2el": 5000.0}`` (milliseconds)."""
+    slos: dict[str, float] = {}
+    for spec in specs:
+        name, sep, value = spec.partition(":")
+        name = name.strip().lower()
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not sep or name not in _GOODPUT_METRICS or not number >= 0:
+            raise ValueError(f"--goodput {spec!r} is not METRIC:MS with METRIC one of ttft, tpot, e2el "
+                             "and MS a number of milliseconds at least 0")
+        slos[name] = number
+    return slos
+
+
+def _good(result: RequestResult, slos: dict[str, float]) -> bool:
+    values = {"ttft": result.ttft or 0.0, "tpot": result.tpot or 0.0, "e2el": result.latency}
+    return all(values[name] * 1000.0 <= limit for name, limit in slos.items())
+
+
+def _peak_concurrency(results: Sequence[RequestResult]) -> int:
+    edges = sorted([(r.due + r.queued, 1) for r in results] + [(r.due + r.latency, -1) for r in results],
+                   key=lambda edge: (edge[0], edge[1]))
+    peak = current = 0
+    for _, step in edges:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def summarize(run: Run, *, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+              goodput: dict[str, float] | None = None) -> dict[str, Any]:
+    """The report, with ``vllm bench serve``'s key names: ``completed``, ``failed``, ``duration``,
+    ``total_input_tokens``, ``total_output_tokens``, ``request_throughput``, ``request_goodput``,
+    ``output_throughput``, ``total_token_throughput``, ``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms``,
+    ``..._client_queue_time_ms``, ``max_concurrent_requests``, plus ``failure_reasons`` (reason →
+    count). Distributions are over the completed requests."""
+    results, duration = run.results, run.duration
     good = [r for r in results if r.ok]
-    tokens = sum(r.tokens for r in good)
-    usage = [r.output_tokens for r in good if r.output_tokens is not None]
-    errors = Counter(r.error for r in results if not r.ok)
-    return {
-        "requests": len(results),
-        "succeeded": len(good),
-        "errors": len(results) - len(good),
-        "error_messages": dict(errors.most_common(10)),
-        "duration_s": wall,
-        "requests_per_s": len(good) / wall if wall > 0 else None,
-        "tokens": tokens,
-        "tokens_per_s": tokens / wall if wall > 0 else None,
-        "usage_output_tokens": sum(usage) if usage else None,
-        "ttft_ms": _distribution([r.ttft for r in good if r.ttft is not None], 1000.0),
-        "itl_ms": _distribution([gap for r in good for gap in r.itls], 1000.0),
-        "latency_ms": _distribution([r.latency for r in good], 1000.0),
-        "request_tokens_per_s": _distribution([t for r in good if (t := r.tokens_per_s) is not None]),
+    output_tokens = sum(r.tokens for r in good)
+    input_tokens = sum(r.input_tokens or 0 for r in good)
+    per_second = (lambda n: n / duration) if duration > 0 else (lambda n: 0.0)
+    report: dict[str, Any] = {
+        "completed": len(good),
+        "failed": len(results) - len(good),
+        "duration": duration,
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "request_throughput": per_second(len(good)),
+        "request_goodput": per_second(sum(_good(r, goodput) for r in good)) if goodput else None,
+        "output_throughput": per_second(output_tokens),
+        "total_token_throughput": per_second(input_tokens + output_tokens),
+        "max_concurrent_requests": _peak_concurrency(good),
     }
+    report.update(_distribution("ttft", [r.ttft for r in good if r.ttft is not None], percentiles))
+    report.update(_distribution("tpot", [t for r in good if (t := r.tpot) is not None], percentiles))
+    report.update(_distribution("itl", [gap for r in good for gap in r.itls], percentiles))
+    report.update(_distribution("e2el", [r.latency for r in good], percentiles))
+    report.update(_distribution("client_queue_time", [r.queued for r in good], percentiles))
+    report["failure_reasons"] = dict(Counter(r.error for r in results if not r.ok).most_common())
+    return report
 
 
-def format_report(report: dict[str, Any]) -> str:
-    """The report as a few aligned lines of text."""
+def format_report(report: dict[str, Any], percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
+    """The report as ``vllm bench serve`` prints it."""
+    lines = ["{:=^50}".format(" Serving Benchmark Result ")]
 
-    def row(label: str, dist: dict[str, float | None]) -> str:
-        if dist["p50"] is None:
-            return f"{label:<16} -"
-        return (f"{label:<16} p50 {dist['p50']:9.2f}  p90 {dist['p90']:9.2f}  p99 {dist['p99']:9.2f}"
-                f"  mean {dist['mean']:9.2f}")
+    def row(label: str, value: Any, digits: int = 2) -> None:
+        text = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+        lines.append(f"{label:<40} {text:<10}")
 
-    def rate(value: float | None) -> str:
-        return "-" if value is None else f"{value:.1f}"
-
-    lines = [
-        f"{report['url']} ({report['protocol']}, concurrency {report['concurrency']})",
-        f"{'requests':<16} {report['succeeded']} ok, {report['errors']} failed in {report['duration_s']:.2f} s "
-        f"({rate(report['requests_per_s'])} req/s)",
-        f"{'tokens':<16} {report['tokens']} text deltas ({rate(report['tokens_per_s'])} /s)"
-        + (f", usage: {report['usage_output_tokens']} output tokens" if report["usage_output_tokens"] else ""),
-        row("TTFT ms", report["ttft_ms"]),
-        row("ITL ms", report["itl_ms"]),
-        row("latency ms", report["latency_ms"]),
-        row("tokens/s/req", report["request_tokens_per_s"]),
-    ]
-    lines += [f"{'error':<16} {count} x {message}" for message, count in report["error_messages"].items()]
+    row("Successful requests:", report["completed"])
+    row("Failed requests:", report["failed"])
+    if report.get("max_concurrency") is not None:
+        row("Maximum request concurrency:", report["max_concurrency"])
+    if report.get("request_rate") not in (None, "inf"):
+        row("Request rate configured (RPS):", float(report["request_rate"]))
+    row("Benchmark duration (s):", report["duration"])
+    row("Total input tokens:", report["total_input_tokens"])
+    row("Total generated tokens:", report["total_output_tokens"])
+    row("Request throughput (req/s):", report["request_throughput"])
+    if report["request_goodput"] is not None:
+        row("Request goodput (req/s):", report["request_goodput"])
+    row("Output token throughput (tok/s):", report["output_throughput"])
+    row("Total token throughput (tok/s):", report["total_token_throughput"])
+    row("Peak concurrent requests:", report["max_concurrent_requests"])
+    for name, label, header in (
+        ("ttft", "TTFT", "Time to First Token"),
+        ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+        ("itl", "ITL", "Inter-token Latency"),
+        ("e2el", "E2EL", "End-to-end Latency"),
+        ("client_queue_time", "Client Queue Time", "Client-side Queueing"),
+    ):
+        lines.append(f"{header:-^50}")
+        row(f"Mean {label} (ms):", report[f"mean_{name}_ms"])
+        row(f"Median {label} (ms):", report[f"median_{name}_ms"])
+        for q in percentiles:
+            row(f"P{_percentile_name(q)} {label} (ms):", report[f"p{_percentile_name(q)}_{name}_ms"])
+    if report["failure_reasons"]:
+        lines.append("{:-^50}".format("Failures"))
+        lines += [f"{count:>6} x {reason}" for reason, count in list(report["failure_reasons"].items())[:10]]
+    lines.append("=" * 50)
     return "\n".join(lines)
 
 
@@ -292,33 +970,42 @@ def register(subparsers: Any) -> None:
     """Adds the ``measure`` subcommand to the ``rapidsse`` command line."""
     parser = subparsers.add_parser(
         "measure",
-        help="benchmark a streaming endpoint: TTFT, inter-token latency, throughput",
+        help="benchmark a streaming endpoint, open loop: TTFT, TPOT, ITL, E2EL, throughput, goodput",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument("--url", required=True,
-                        help="endpoint URL, e.g. http://127.0.0.1:8000/v1/responses (a base URL ending in "
-                             "/v1 gets the protocol's route appended)")
-    parser.add_argument("--requests", "-n", type=int, default=10, help="requests to send (default: %(default)s)")
-    parser.add_argument("--concurrency", "-c", type=int, default=1, help="requests in flight (default: %(default)s)")
-    parser.add_argument("--protocol", choices=["responses", "chat"],
-                        help="default: chat when the URL ends in /chat/completions, else responses")
-    parser.add_argument("--body", help='request body as JSON ("stream": true is added); default: a short prompt')
+                        help="endpoint URL, or a base URL (http://host:port, .../v1) to append the protocol's route to")
+    parser.add_argument("--protocol", choices=PROTOCOLS, help="default: from the URL's path, else responses")
+    parser.add_argument("--model", default="default", help="model name in the bodies (and Gemini's URL)")
+    parser.add_argument("--num-prompts", "--requests", "-n", dest="num_prompts", type=int, default=None,
+                        help="requests to send (default: one per dataset record, or 10)")
+    parser.add_argument("--request-rate", type=float, default=math.inf,
+                        help="requests per second, 'inf' for all at once (default: %(default)s)")
+    parser.add_argument("--burstiness", type=float, default=1.0,
+                        help="gamma shape of the arrival gaps; 1 is Poisson (default: %(default)s)")
+    parser.add_argument("--max-concurrency", "--concurrency", "-c", dest="max_concurrency", type=int,
+                        default=None, help="requests in flight at most (default: no cap)")
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument("--dataset", metavar="FILE.jsonl",
+                      help="request bodies, one per line, or ShareGPT-style conversations")
+    load.add_argument("--input-len", type=int, help="generated prompts of this many words")
+    load.add_argument("--body", help='one request body as JSON, for every request ("stream": true is added)')
+    parser.add_argument("--output-len", type=int, help="max tokens asked of each request")
+    parser.add_argument("--warmup", type=int, default=0, help="requests sent first and not counted")
+    parser.add_argument("--seed", type=int, default=0, help="seed of arrivals and prompts (default: %(default)s)")
+    parser.add_argument("--percentiles", "--metric-percentiles", default="50,90,99",
+                        help="comma-separated percentiles to report (default: %(default)s)")
+    parser.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
+                        help="SLOs for goodput, e.g. ttft:200 tpot:50 e2el:5000")
     parser.add_argument("--header", "-H", action="append", default=[], metavar="NAME: VALUE",
                         help="an extra request header (repeatable), e.g. 'Authorization: Bearer ...'")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE ('-': stdout)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default: %(default)s)")
+    parser.add_argument("--save-result", "--json", dest="save_result", metavar="FILE.json",
+                        help="write the result with vLLM's key names to FILE ('-': stdout, instead of the report)")
+    parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                        help="event loop (default: uvloop when installed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
-
-
-def _endpoint(url: str, protocol: str | None) -> tuple[str, str]:
-    """The full endpoint URL and protocol for ``--url``/``--protocol``."""
-    path = urlsplit(url).path.rstrip("/")
-    if protocol is None:
-        protocol = protocol_for_path(path)
-    if not path.endswith(_ROUTES[protocol]):
-        url = url.rstrip("/") + _ROUTES[protocol]
-    return url, protocol
 
 
 def _progress(total: int, enabled: bool) -> tuple[Callable[[RequestResult], None] | None, Callable[[], None]]:
@@ -344,43 +1031,85 @@ def _progress(total: int, enabled: bool) -> tuple[Callable[[RequestResult], None
     return advance, progress.stop
 
 
+def _bodies(args: argparse.Namespace, protocol: str) -> list[dict[str, Any]]:
+    if args.dataset:
+        return load_dataset(args.dataset, protocol, model=args.model, max_tokens=args.output_len)
+    count = args.num_prompts or 10
+    if args.body:
+        body = json.loads(args.body)
+        if not isinstance(body, dict):
+            raise ValueError("--body must be a JSON object")
+        return [_streaming(protocol, body)]
+    if args.input_len is not None:
+        if args.input_len < 1:
+            raise ValueError("--input-len must be at least 1")
+        prompts = generated_prompts(count, args.input_len, seed=args.seed)
+    else:
+        prompts = [DEFAULT_PROMPT]
+    return [request_body(protocol, p, model=args.model, max_tokens=args.output_len) for p in prompts]
+
+
 def run(args: argparse.Namespace) -> int:
-    """``rapidsse measure``: runs the benchmark, prints the report, returns the exit code."""
+    """``rapidsse measure``: runs the benchmark, prints the report, returns the exit code (0: every
+    request succeeded; 1: one failed, a bad option, or a missing dependency)."""
     try:
-        import httpx  # noqa: F401
+        import httptools  # noqa: F401
     except ImportError:
-        print("rapidsse measure needs httpx: pip install 'rapidsse[measure]'", file=sys.stderr)
+        print("rapidsse measure needs httptools: pip install 'rapidsse[measure]'", file=sys.stderr)
         return 1
     try:
-        url, protocol = _endpoint(args.url, args.protocol)
-        body = json.loads(args.body) if args.body else None
-        if body is not None and not isinstance(body, dict):
-            raise ValueError("--body must be a JSON object")
+        protocol = args.protocol or protocol_for_url(args.url)
+        url = endpoint_url(args.url, protocol, args.model)
+        bodies = _bodies(args, protocol)
         headers = {}
         for header in args.header:
             name, sep, value = header.partition(":")
-            if not sep:
+            if not sep or not name.strip():
                 raise ValueError(f"--header {header!r} is not 'Name: value'")
             headers[name.strip()] = value.strip()
-        if args.requests < 1 or args.concurrency < 1:
-            raise ValueError("--requests and --concurrency must be at least 1")
-    except ValueError as exc:
+        percentiles = [float(p) for p in args.percentiles.split(",") if p.strip()]
+        if any(not 0 <= q <= 100 for q in percentiles):
+            raise ValueError("--percentiles must be between 0 and 100")
+        goodput = parse_goodput(args.goodput or [])
+        count = args.num_prompts or (len(bodies) if args.dataset else 10)
+        arrival_times(1, args.request_rate, args.burstiness)  # validates both
+        _target(url, headers)
+    except (ValueError, OSError) as exc:
         print(f"rapidsse measure: {exc}", file=sys.stderr)
         return 1
 
-    advance, stop = _progress(args.requests, not args.no_progress)
+    advance, stop = _progress(count, not args.no_progress)
     try:
-        results, wall = asyncio.run(measure(url, requests=args.requests, concurrency=args.concurrency,
-                                            protocol=protocol, body=body, headers=headers,
-                                            timeout=args.timeout, on_result=advance))
+        result = run_loop(measure(url, bodies, protocol=protocol, num_prompts=count,
+                                     request_rate=args.request_rate, burstiness=args.burstiness,
+                                     max_concurrency=args.max_concurrency, warmup=args.warmup, seed=args.seed,
+                                     headers=headers, timeout=args.timeout, on_result=advance), args.loop)
+    except ImportError:
+        print("rapidsse measure: --loop uvloop needs uvloop: pip install uvloop", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"rapidsse measure: {exc}", file=sys.stderr)
+        return 1
     finally:
         stop()
-    report = {"url": url, "protocol": protocol, "concurrency": args.concurrency, **summarize(results, wall)}
-    if args.json == "-":
+    report = {
+        "date": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "backend": "rapidsse",
+        "endpoint_type": protocol,
+        "protocol": protocol,
+        "url": url,
+        "model_id": args.model,
+        "num_prompts": count,
+        "request_rate": "inf" if math.isinf(args.request_rate) else args.request_rate,
+        "burstiness": args.burstiness,
+        "max_concurrency": args.max_concurrency,
+        **summarize(result, percentiles=percentiles, goodput=goodput),
+    }
+    if args.save_result == "-":
         print(json.dumps(report, indent=2))
     else:
-        print(format_report(report))
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as out:
+        print(format_report(report, percentiles))
+        if args.save_result:
+            with open(args.save_result, "w", encoding="utf-8") as out:
                 json.dump(report, out, indent=2)
-    return 0 if report["errors"] == 0 else 1
+    return 0 if report["failed"] == 0 else 1

@@ -1,46 +1,74 @@
-"""A replay server: recorded streams served over the OpenAI-compatible HTTP API, on loopback.
+"""A replay server and a synthetic one: LLM streams over the providers' HTTP APIs, on loopback.
 
 ``rapidsse serve FILE... [--host 127.0.0.1] [--port 8000] [--rate EVENTS_PER_S] [--ttft MS]``
+replays recordings; ``rapidsse serve --synthetic [--tokens N] [--rate TOKENS_PER_S] [--ttft MS]``
+generates streams on the fly, at every streaming route, paced exactly.
 
 Routes:
 
-- ``POST /v1/responses``: a recorded Responses stream (``text/event-stream``), byte for byte;
-- ``POST /v1/chat/completions``: a recorded Chat Completions stream;
-- ``GET /health``: ``{"status": "ok", "recordings": {...}}``;
-- ``/v1/realtime`` (WebSocket): a recorded Realtime session, one server event per message, then a
-  normal close (code 1000). Client messages (``session.update``, ``response.create``, ...) are read
-  and ignored; the server does not wait for them.
+- ``POST /v1/responses``: a Responses stream (``text/event-stream``);
+- ``POST /v1/chat/completions``: a Chat Completions stream;
+- ``POST /v1/completions``: a (legacy) Completions stream;
+- ``POST /v1/messages``: an Anthropic Messages stream;
+- ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``: a Gemini stream (also under
+  ``/v1/models/...``, where google-genai goes when given a ``base_url``);
+- ``GET /health``: ``{"status": "ok", "recordings": {...}}``; for the synthetic server
+  ``{"status": "ok", "synthetic": {...}, "lateness": {...}, "itl": {...}}``: how late the tokens
+  left against their schedule, and the gaps between consecutive tokens of a stream as sent (each
+  with count, median, p99, max in ms; ``?reset`` starts counting anew);
+- ``/v1/realtime`` (WebSocket, replay only): a recorded Realtime session, one server event per
+  message, then a normal close (code 1000). Client messages (``session.update``,
+  ``response.create``, ...) are read and ignored; the server does not wait for them.
 
-Each file's protocol is detected from its content: JSON lines are a Realtime session (one server
-event per line, as ``corpus/realtime/*.jsonl``); an SSE body is Chat when its first JSON payload is
-a chat chunk, else Responses. With several files of one protocol, requests rotate through them.
+**Replay.** Recordings are sent byte for byte. Each file's protocol is detected from its content
+(:func:`recording_protocol`): JSON lines are a Realtime session; an SSE body is Anthropic when its
+events are ``message_start``, ``content_block_*``..., Gemini when its JSON has ``candidates`` or
+``usageMetadata`` and no ``type``, Completions when its chunks are ``text_completion`` objects,
+Chat when they have ``choices``, else Responses. With several files of one protocol, requests
+rotate through them. A request streams only when its JSON body says ``"stream": true`` (Gemini's
+route always streams); otherwise the Responses and Chat routes reply with the final object as
+JSON, built from the recording by rapidsse's accumulators and sent when the stream would have
+ended, and the other routes with an error (400). Pacing: the first event is sent ``ttft`` after
+the request, then ``rate`` events per second (``0``: as fast as possible); an event is one SSE
+block (up to and including its blank line), or one Realtime message.
 
-As on the OpenAI API, a request streams only when its JSON body says ``"stream": true``; otherwise
-(``"stream": false``, no ``stream`` key, or no body) the reply is the final object as JSON, built from
-the recording by rapidsse's accumulators, sent when the stream would have ended.
+**Synthetic** (:func:`create_synthetic_app`). Each streaming request gets a stream of its
+protocol's events made on the fly: the opening events at once (``response.created``...,
+``message_start``...), then token ``i`` (one text delta: one event) at ``ttft + i / rate``
+seconds after the request arrived, each scheduled against that fixed start (a late token does
+not delay the next), then the closing events with the last token. A stream has ``tokens``
+tokens, or fewer when the request asks for fewer (``max_output_tokens``,
+``max_completion_tokens``, ``max_tokens``, ``generationConfig.maxOutputTokens``: the stream then
+ends as truncated, e.g. ``finish_reason: "length"``). Usage is reported (for Chat and Completions
+when ``stream_options.include_usage`` asks): output tokens as sent, input tokens as the words of
+the prompt. The timers of all streams share one clock that wakes up ahead of a deadline and then
+polls the event loop until it is due, so tokens leave within tens of microseconds of their
+deadline instead of up to a millisecond late (the resolution of the event loop's own timers).
+The routes are plain ASGI callables (no per-token Starlette machinery), so one uvicorn process
+sustains hundreds of concurrent streams. Non-streaming requests get an error (400).
 
-Pacing: the first event is sent ``ttft`` after the request, then ``rate`` events per second
-(``rate=0``: as fast as possible). An "event" is one SSE block (up to and including its blank line),
-or one Realtime message.
-
-For tests and scripts, :class:`ReplayServer` runs it on a free port in a background thread::
+For tests and scripts, :class:`ReplayServer` and :class:`SyntheticServer` run it on a free port in
+a background thread::
 
     with ReplayServer(["stream.sse"], rate=200) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="x")
 
-Needs the ``serve`` extra (starlette, uvicorn); the WebSocket route also needs ``websockets``.
+Needs the ``serve`` extra (starlette, uvicorn, httptools); the WebSocket route also needs
+``websockets``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
+import itertools
 import re
 import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +78,7 @@ import msgspec
 from .accumulate import ChatAccumulator, ResponseAccumulator
 from .errors import SSEError
 from .decoding import detect_protocol
+from .framing import SSEDecoder
 from .integrations import to_builtins
 
 __all__ = [
@@ -57,17 +86,38 @@ __all__ = [
     "Pacing",
     "Recording",
     "ReplayServer",
+    "Synthetic",
+    "SyntheticServer",
     "create_app",
+    "create_synthetic_app",
     "detect_protocol",
     "load_recording",
+    "recording_protocol",
     "register",
     "split_events",
 ]
 
 
-PROTOCOLS = ("responses", "chat", "realtime")
+PROTOCOLS = ("responses", "chat", "completions", "anthropic", "gemini", "realtime")
+ROUTES = {
+    "responses": "/v1/responses",
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/{model}:streamGenerateContent",
+}
+"""The HTTP route of each streaming protocol (Starlette paths). Gemini's is also served under
+``/v1/`` (the stable API version, which google-genai uses when given a ``base_url``)."""
+_ALIASES = {"gemini": "/v1/models/{model}:streamGenerateContent"}
+
+
+def _routes() -> list[tuple[str, str]]:
+    """(protocol, path) for every streaming route, aliases included."""
+    return [*ROUTES.items(), *_ALIASES.items()]
 _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n|$)")
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_SSE_RAW_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no")]
 _SSE_MEDIA_TYPE = "text/event-stream; charset=utf-8"
 
 
@@ -80,7 +130,7 @@ class Recording:
 
     ``events`` are the pieces sent one at a time: SSE blocks (their concatenation is exactly the
     file) or Realtime messages (the file's non-blank lines). ``final`` is the final object as JSON
-    builtins (Responses: the response; Chat: the chat completion; Realtime: ``None``).
+    builtins (Responses: the response; Chat: the chat completion; the other protocols: ``None``).
     """
 
     path: Path
@@ -118,16 +168,52 @@ def split_events(body: bytes) -> list[bytes]:
     return events
 
 
+_ANTHROPIC_EVENTS = frozenset({
+    "message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+    "message_stop",
+})
+
+
+def recording_protocol(data: bytes) -> str | None:
+    """The protocol of a recorded stream: :func:`~rapidsse.decoding.detect_protocol`, which knows
+    Responses, Chat and Realtime, told apart first from the Anthropic, Gemini and Completions
+    streams (whose detection in :mod:`rapidsse.decoding` comes with their decoders). None when the
+    bytes tell nothing."""
+    head = data[:1024 * 1024]
+    if not head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
+        for event in SSEDecoder(None).feed(head):
+            if event.event in _ANTHROPIC_EVENTS:
+                return "anthropic"
+            try:
+                obj = msgspec.json.decode(event.data)
+            except (msgspec.DecodeError, RecursionError):
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if obj.get("type") in _ANTHROPIC_EVENTS:
+                return "anthropic"
+            if "type" not in obj and ("candidates" in obj or "usageMetadata" in obj):
+                return "gemini"
+            if obj.get("object") == "text_completion":
+                return "completions"
+            break  # the first JSON payload decides; the rest is detect_protocol's
+    return detect_protocol(head)
+
+
 def load_recording(path: str | Path) -> Recording:
-    """Reads one recording, detects its protocol and precomputes its final object."""
+    """Reads one recording, detects its protocol and, for Responses and Chat, precomputes its
+    final object."""
     path = Path(path)
     data = path.read_bytes()
-    protocol = detect_protocol(data)
+    protocol = recording_protocol(data)
     if protocol is None:
-        raise ValueError(f"{path}: neither a Responses nor a Chat Completions SSE body, nor Realtime JSON lines")
+        raise ValueError(f"{path}: not a recorded stream (Responses, Chat, Completions, Anthropic or Gemini SSE, "
+                         "or Realtime JSON lines)")
     if protocol == "realtime":
         lines = [line.strip() for line in data.splitlines()]
         return Recording(path, protocol, [line for line in lines if line])
+    if protocol not in ("responses", "chat"):
+        return Recording(path, protocol, split_events(data))
     accumulator: Any = (ResponseAccumulator if protocol == "responses" else ChatAccumulator)(on_error="skip")
     accumulator.feed(data)
     accumulator.close()
@@ -223,18 +309,21 @@ def create_app(recordings: Iterable[Recording | str | Path], *, pacing: Pacing =
         recording = rotations[protocol].next()
         if recording is None:
             return error(404, f"this replay server has no {protocol} recording", "no_recording")
-        if body.get("stream") is not True:
+        if protocol != "gemini" and body.get("stream") is not True:
+            if recording.final is None:
+                return error(400, f"{protocol} recordings are replayed as streams only: send \"stream\": true",
+                             "stream_required")
             await asyncio.sleep(pacing.due(len(recording.events) - 1))
             return Response(msgspec.json.encode(recording.final), media_type="application/json")
         return StreamingResponse(
             pacing.paced(recording.events), media_type=_SSE_MEDIA_TYPE, headers=_SSE_HEADERS
         )
 
-    async def responses(request: Request) -> Response:
-        return await replay(request, "responses")
+    def route(protocol: str) -> Any:
+        async def endpoint(request: Request) -> Response:
+            return await replay(request, protocol)
 
-    async def chat_completions(request: Request) -> Response:
-        return await replay(request, "chat")
+        return endpoint
 
     async def health(request: Request) -> Response:
         counts = {protocol: len(rotation.recordings) for protocol, rotation in rotations.items()}
@@ -266,12 +355,410 @@ def create_app(recordings: Iterable[Recording | str | Path], *, pacing: Pacing =
             reader.cancel()
 
     routes = [
-        Route("/v1/responses", responses, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        *(Route(path, route(protocol), methods=["POST"]) for protocol, path in _routes()),
         Route("/health", health, methods=["GET"]),
         WebSocketRoute("/v1/realtime", realtime),
     ]
     return Starlette(routes=routes)
+
+
+# --- Synthetic streams --------------------------------------------------------------------------
+
+
+class _Clock:
+    """Wakes waiters at absolute deadlines (``time.monotonic()``) more precisely than ``asyncio.sleep``.
+
+    The event loop's timers fire up to a millisecond late (its poll takes whole milliseconds; uvloop
+    even reads its clock in milliseconds), which would be the whole error budget of a benchmark's
+    ITL. So one timer, for every waiter of the loop, fires :attr:`EARLY` seconds ahead of the
+    earliest deadline; from there the clock checks ``time.monotonic()`` once per turn of the loop
+    (``call_soon``: the loop still polls its sockets in between) and releases each waiter when its
+    deadline has come. One callback per turn, however many streams wait.
+    """
+
+    EARLY = 0.002
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiters: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._polling = False
+
+    def until(self, deadline: float) -> asyncio.Future[None] | None:
+        """A future done at ``deadline`` (``time.monotonic()``), or None when it has passed."""
+        if deadline <= time.monotonic():
+            return None
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        heapq.heappush(self._waiters, (deadline, next(self._order), waiter))
+        if self._waiters[0][2] is waiter and not self._polling:
+            self._arm()
+        return waiter
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._waiters:
+            return
+        ahead = self._waiters[0][0] - time.monotonic() - self.EARLY
+        if ahead > 0:
+            self._timer = self._loop.call_later(ahead, self._tick)
+        else:
+            self._polling = True
+            self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._polling = False
+        now = time.monotonic()
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= now:
+            waiter = heapq.heappop(waiters)[2]
+            if not waiter.done():  # a waiter whose stream was cancelled
+                waiter.set_result(None)
+        self._arm()
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    """What the synthetic server streams: ``tokens`` tokens per stream (fewer when a request asks),
+    the first ``ttft`` seconds after the request, then ``rate`` tokens per second (``0``: all at
+    once)."""
+
+    tokens: int = 100
+    rate: float = 50.0
+    ttft: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.tokens < 1:
+            raise ValueError("tokens must be at least 1")
+        Pacing(ttft=self.ttft, rate=self.rate)  # validates both
+
+    @property
+    def pacing(self) -> Pacing:
+        """The token schedule: token ``i`` is due ``pacing.due(i)`` seconds after the request."""
+        return Pacing(ttft=self.ttft, rate=self.rate)
+
+    @staticmethod
+    def token(index: int) -> str:
+        """The text of token ``index`` (the same words in every stream)."""
+        return _SYNTHETIC_WORDS[index % len(_SYNTHETIC_WORDS)]
+
+    @classmethod
+    def text(cls, tokens: int) -> str:
+        """The whole text of a stream of ``tokens`` tokens."""
+        return "".join(cls.token(i) for i in range(tokens))
+
+
+_SYNTHETIC_WORDS = ("Hello", " there", ",", " this", " is", " a", " synthetic", " stream", " of", " tokens",
+                    " paced", " by", " rapidsse", ".")
+_LIMIT_KEYS = {
+    "responses": ("max_output_tokens",),
+    "chat": ("max_completion_tokens", "max_tokens"),
+    "completions": ("max_tokens",),
+    "anthropic": ("max_tokens",),
+}
+_PROMPT_KEYS = {"responses": "input", "chat": "messages", "completions": "prompt", "anthropic": "messages",
+                "gemini": "contents"}
+_TEXT_KEYS = frozenset({"content", "text", "input", "prompt", "parts"})
+
+
+def _words(value: Any) -> int:
+    """Words in the prompt texts of ``value`` (strings, and the text fields of messages and parts)."""
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, list):
+        return sum(_words(item) for item in value)
+    if isinstance(value, dict):
+        return sum(_words(item) for key, item in value.items() if key in _TEXT_KEYS)
+    return 0
+
+
+def _limit(protocol: str, body: dict[str, Any]) -> int | None:
+    if protocol == "gemini":
+        config = body.get("generationConfig")
+        value = config.get("maxOutputTokens") if isinstance(config, dict) else None
+    else:
+        value = next((body[key] for key in _LIMIT_KEYS[protocol] if body.get(key) is not None), None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _sse(data: Any, event: str | None = None, line_end: bytes = b"\n") -> bytes:
+    head = b"event: " + event.encode() + line_end if event else b""
+    return head + b"data: " + msgspec.json.encode(data) + line_end + line_end
+
+
+class _Plan(msgspec.Struct):
+    """One synthetic stream: what to send, decided when the request arrives."""
+
+    protocol: str
+    model: str
+    tokens: int
+    truncated: bool
+    prompt_tokens: int
+    include_usage: bool
+    id: str
+    created: int
+
+
+def _responses_stream(plan: _Plan) -> Iterator[bytes]:
+    seq = itertools.count()
+    item_id = "msg_" + plan.id
+    usage = {"input_tokens": plan.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+             "output_tokens": plan.tokens, "output_tokens_details": {"reasoning_tokens": 0},
+             "total_tokens": plan.prompt_tokens + plan.tokens}
+
+    def response(status: str, output: list[Any], final: bool) -> dict[str, Any]:
+        return {"id": "resp_" + plan.id, "object": "response", "created_at": plan.created, "status": status,
+                "model": plan.model, "output": output,
+                "incomplete_details": {"reason": "max_output_tokens"} if final and plan.truncated else None,
+                "usage": usage if final else None}
+
+    def event(kind: str, **fields: Any) -> bytes:
+        return _sse({"type": kind, "sequence_number": next(seq), **fields}, kind)
+
+    part = {"type": "output_text", "text": "", "annotations": []}
+    item = {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+    yield (event("response.created", response=response("in_progress", [], False))
+           + event("response.in_progress", response=response("in_progress", [], False))
+           + event("response.output_item.added", output_index=0, item=item)
+           + event("response.content_part.added", item_id=item_id, output_index=0, content_index=0, part=part))
+    for i in range(plan.tokens):
+        chunk = event("response.output_text.delta", item_id=item_id, output_index=0, content_index=0,
+                      delta=Synthetic.token(i), logprobs=[])
+        if i == plan.tokens - 1:
+            text = Synthetic.text(plan.tokens)
+            done_part = {**part, "text": text}
+            done_item = {**item, "status": "completed", "content": [done_part]}
+            status = "incomplete" if plan.truncated else "completed"
+            chunk += (event("response.output_text.done", item_id=item_id, output_index=0, content_index=0, text=text,
+                            logprobs=[])
+                      + event("response.content_part.done", item_id=item_id, output_index=0, content_index=0,
+                              part=done_part)
+                      + event("response.output_item.done", output_index=0, item=done_item)
+                      + event(f"response.{status}", response=response(status, [done_item], True)))
+        yield chunk
+
+
+def _chat_stream(plan: _Plan) -> Iterator[bytes]:
+    def chunk(choices: list[Any], usage: Any = None) -> bytes:
+        body: dict[str, Any] = {"id": "chatcmpl-" + plan.id, "object": "chat.completion.chunk", "created": plan.created,
+                                "model": plan.model, "choices": choices}
+        if plan.include_usage:
+            body["usage"] = usage
+        return _sse(body)
+
+    yield b""
+    for i in range(plan.tokens):
+        delta: dict[str, Any] = {"content": Synthetic.token(i)}
+        if i == 0:
+            delta = {"role": "assistant", **delta}
+        data = chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}])
+        if i == plan.tokens - 1:
+            data += chunk([{"index": 0, "delta": {}, "logprobs": None,
+                            "finish_reason": "length" if plan.truncated else "stop"}])
+            if plan.include_usage:
+                data += chunk([], {"prompt_tokens": plan.prompt_tokens, "completion_tokens": plan.tokens,
+                                   "total_tokens": plan.prompt_tokens + plan.tokens})
+            data += b"data: [DONE]\n\n"
+        yield data
+
+
+def _completions_stream(plan: _Plan) -> Iterator[bytes]:
+    def chunk(choices: list[Any], usage: Any = None) -> bytes:
+        body: dict[str, Any] = {"id": "cmpl-" + plan.id, "object": "text_completion", "created": plan.created,
+                                "model": plan.model, "choices": choices}
+        if plan.include_usage:
+            body["usage"] = usage
+        return _sse(body)
+
+    yield b""
+    for i in range(plan.tokens):
+        last = i == plan.tokens - 1
+        finish = ("length" if plan.truncated else "stop") if last else None
+        data = chunk([{"index": 0, "text": Synthetic.token(i), "logprobs": None,
+                       "finish_reason": finish}])
+        if last:
+            if plan.include_usage:
+                data += chunk([], {"prompt_tokens": plan.prompt_tokens, "completion_tokens": plan.tokens,
+                                   "total_tokens": plan.prompt_tokens + plan.tokens})
+            data += b"data: [DONE]\n\n"
+        yield data
+
+
+def _anthropic_stream(plan: _Plan) -> Iterator[bytes]:
+    message = {"id": "msg_" + plan.id, "type": "message", "role": "assistant", "model": plan.model, "content": [],
+               "stop_reason": None, "stop_sequence": None,
+               "usage": {"input_tokens": plan.prompt_tokens, "cache_creation_input_tokens": 0,
+                         "cache_read_input_tokens": 0, "output_tokens": 1}}
+    yield (_sse({"type": "message_start", "message": message}, "message_start")
+           + _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                  "content_block_start")
+           + _sse({"type": "ping"}, "ping"))
+    for i in range(plan.tokens):
+        data = _sse({"type": "content_block_delta", "index": 0,
+                     "delta": {"type": "text_delta", "text": Synthetic.token(i)}},
+                    "content_block_delta")
+        if i == plan.tokens - 1:
+            data += (_sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+                     + _sse({"type": "message_delta",
+                             "delta": {"stop_reason": "max_tokens" if plan.truncated else "end_turn",
+                                       "stop_sequence": None},
+                             "usage": {"input_tokens": plan.prompt_tokens, "output_tokens": plan.tokens}},
+                            "message_delta")
+                     + _sse({"type": "message_stop"}, "message_stop"))
+        yield data
+
+
+def _gemini_stream(plan: _Plan) -> Iterator[bytes]:
+    yield b""
+    for i in range(plan.tokens):
+        candidate: dict[str, Any] = {
+            "content": {"parts": [{"text": Synthetic.token(i)}], "role": "model"},
+            "index": 0,
+        }
+        if i == plan.tokens - 1:
+            candidate["finishReason"] = "MAX_TOKENS" if plan.truncated else "STOP"
+        usage = {"promptTokenCount": plan.prompt_tokens, "candidatesTokenCount": i + 1,
+                 "totalTokenCount": plan.prompt_tokens + i + 1}
+        yield _sse({"candidates": [candidate], "usageMetadata": usage, "modelVersion": plan.model,
+                    "responseId": plan.id}, line_end=b"\r\n")
+
+
+_SYNTHETIC_STREAMS: dict[str, Callable[[_Plan], Iterator[bytes]]] = {
+    "responses": _responses_stream,
+    "chat": _chat_stream,
+    "completions": _completions_stream,
+    "anthropic": _anthropic_stream,
+    "gemini": _gemini_stream,
+}
+
+
+class _SyntheticRoute:
+    """The ASGI callable of one protocol's synthetic route."""
+
+    def __init__(self, protocol: str, synthetic: Synthetic, clocks: dict[Any, _Clock], lateness: list[float],
+                 gaps: list[float]) -> None:
+        self.protocol = protocol
+        self.synthetic = synthetic
+        self.pacing = synthetic.pacing
+        self._clocks = clocks
+        self._lateness = lateness
+        self._gaps = gaps
+        self._ids = itertools.count()
+
+    async def _reply_error(self, send: Any, status: int, message: str, code: str) -> None:
+        body = msgspec.json.encode({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                              "code": code}})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        loop = asyncio.get_running_loop()
+        start = time.monotonic()
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        raw = b"".join(chunks)
+        try:
+            body = msgspec.json.decode(raw) if raw.strip() else {}
+        except msgspec.DecodeError as exc:
+            return await self._reply_error(send, 400, f"the request body is not valid JSON: {exc}", "invalid_json")
+        if not isinstance(body, dict):
+            return await self._reply_error(send, 400, "the request body must be a JSON object", "invalid_json")
+        protocol = self.protocol
+        if protocol != "gemini" and body.get("stream") is not True:
+            return await self._reply_error(send, 400, 'the synthetic server only streams: send "stream": true',
+                                           "stream_required")
+        limit = _limit(protocol, body)
+        tokens = self.synthetic.tokens if limit is None else min(limit, self.synthetic.tokens)
+        options = body.get("stream_options")
+        model = scope.get("path_params", {}).get("model") if protocol == "gemini" else body.get("model")
+        plan = _Plan(
+            protocol=protocol,
+            model=model if isinstance(model, str) else "synthetic",
+            tokens=tokens,
+            truncated=limit is not None and limit <= tokens,
+            prompt_tokens=_words(body.get(_PROMPT_KEYS[protocol])),
+            include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+            id=f"synthetic{next(self._ids):08d}",
+            created=int(time.time()),
+        )
+        clock = self._clocks.get(loop)
+        if clock is None:
+            clock = self._clocks[loop] = _Clock(loop)
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_RAW_HEADERS})
+        gone = loop.create_task(self._disconnected(receive))
+        try:
+            events = _SYNTHETIC_STREAMS[protocol](plan)
+            opening = next(events)
+            if opening:
+                await send({"type": "http.response.body", "body": opening, "more_body": True})
+            due = self.pacing.due
+            late = self._lateness.append
+            gap = self._gaps.append
+            sent = None
+            for index, data in enumerate(events):
+                deadline = start + due(index)
+                waiter = clock.until(deadline)
+                if waiter is not None:
+                    await waiter
+                if gone.done():
+                    return
+                now = time.monotonic()
+                late(now - deadline)
+                if sent is not None:
+                    gap(now - sent)
+                sent = now
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            gone.cancel()
+
+    @staticmethod
+    async def _disconnected(receive: Any) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+
+def create_synthetic_app(synthetic: Synthetic = Synthetic()) -> Any:
+    """The Starlette app of the synthetic server: every streaming route of :data:`ROUTES`."""
+    _require_server_packages()
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    clocks: dict[Any, _Clock] = {}
+    lateness: list[float] = []
+    gaps: list[float] = []
+
+    def stats(values: list[float]) -> dict[str, Any]:
+        ordered = sorted(values)
+
+        def at(q: float) -> float | None:
+            return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0 if ordered else None
+
+        return {"count": len(ordered), "median_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)}
+
+    async def health(request: Request) -> Response:
+        spec = {"tokens": synthetic.tokens, "rate": synthetic.rate, "ttft": synthetic.ttft}
+        body = {"status": "ok", "synthetic": spec, "lateness": stats(lateness), "itl": stats(gaps)}
+        if "reset" in request.query_params:
+            lateness.clear()
+            gaps.clear()
+        return JSONResponse(body)
+
+    routes = [Route(path, _SyntheticRoute(protocol, synthetic, clocks, lateness, gaps), methods=["POST"])
+              for protocol, path in _routes()]
+    return Starlette(routes=[*routes, Route("/health", health, methods=["GET"])])
 
 
 # --- Running it -------------------------------------------------------------------------------
@@ -390,6 +877,25 @@ class ReplayServer(BackgroundServer):
         return "ws" + self.url[len("http") :] + "/v1/realtime"
 
 
+class SyntheticServer(BackgroundServer):
+    """The synthetic server of :func:`create_synthetic_app` in a background thread (see
+    :class:`BackgroundServer`): ``tokens`` per stream, the first ``ttft`` seconds after the request,
+    then ``rate`` tokens per second."""
+
+    def __init__(
+        self,
+        *,
+        tokens: int = 100,
+        rate: float = 50.0,
+        ttft: float = 0.1,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+    ) -> None:
+        self.synthetic = Synthetic(tokens=tokens, rate=rate, ttft=ttft)
+        super().__init__(create_synthetic_app(self.synthetic), host=host, port=port, log_level=log_level)
+
+
 # --- The command line -------------------------------------------------------------------------
 
 
@@ -397,41 +903,60 @@ def register(subparsers: Any) -> None:
     """Adds the ``serve`` subcommand to the ``rapidsse`` command line."""
     parser = subparsers.add_parser(
         "serve",
-        help="replay recorded streams over the OpenAI-compatible HTTP API",
+        help="replay recorded streams, or generate paced synthetic ones, over the providers' HTTP APIs",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="recordings: Responses or Chat SSE bodies, Realtime JSON lines")
+    parser.add_argument("files", nargs="*", metavar="FILE",
+                        help="recordings: Responses, Chat, Completions, Anthropic or Gemini SSE bodies, "
+                             "Realtime JSON lines")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="generate streams on the fly at every route instead of replaying files")
+    parser.add_argument("--tokens", type=int, default=100, metavar="N",
+                        help="synthetic: tokens per stream, fewer when a request asks (default: %(default)s)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0: any free port)")
-    parser.add_argument("--rate", type=float, default=0.0, metavar="EVENTS_PER_S",
-                        help="events per second after the first (default: 0, as fast as possible)")
-    parser.add_argument("--ttft", type=float, default=0.0, metavar="MS",
-                        help="milliseconds before the first event (default: 0)")
+    parser.add_argument("--rate", type=float, default=None, metavar="PER_S",
+                        help="replay: events per second after the first (default: 0, as fast as possible); "
+                             "synthetic: tokens per second (default: 50)")
+    parser.add_argument("--ttft", type=float, default=None, metavar="MS",
+                        help="milliseconds before the first event or token (default: 0 for replay, "
+                             "100 for synthetic)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rapidsse serve``: loads the recordings and serves them until interrupted.
+    """``rapidsse serve``: loads the recordings (or sets up the synthetic streams) and serves them
+    until interrupted.
 
     Exit codes as for the rest of the command line: 1 for a missing dependency, a bad option or an
     unreadable file, 2 for a file that is not a recording.
     """
+    synthetic = getattr(args, "synthetic", False)
     try:
         _require_server_packages()
-        pacing = Pacing(ttft=args.ttft / 1000.0, rate=args.rate)
+        if synthetic and args.files:
+            raise ValueError("--synthetic generates its streams: give it no files")
+        if not synthetic and not args.files:
+            raise ValueError("give recordings to replay, or --synthetic")
+        if synthetic:
+            spec = Synthetic(tokens=args.tokens, rate=50.0 if args.rate is None else args.rate,
+                             ttft=0.1 if args.ttft is None else args.ttft / 1000.0)
+        else:
+            pacing = Pacing(ttft=(args.ttft or 0.0) / 1000.0, rate=args.rate or 0.0)
     except (ImportError, ValueError) as exc:
         print(f"rapidsse serve: {exc}", file=sys.stderr)
         return 1
-    try:
-        recordings = [load_recording(path) for path in args.files]
-    except OSError as exc:
-        print(f"rapidsse serve: {exc}", file=sys.stderr)
-        return 1
-    except (ValueError, SSEError) as exc:
-        print(f"rapidsse serve: {exc}", file=sys.stderr)
-        return 2
+    recordings: list[Recording] = []
+    if not synthetic:
+        try:
+            recordings = [load_recording(path) for path in args.files]
+        except OSError as exc:
+            print(f"rapidsse serve: {exc}", file=sys.stderr)
+            return 1
+        except (ValueError, SSEError) as exc:
+            print(f"rapidsse serve: {exc}", file=sys.stderr)
+            return 2
     try:
         sock = _bind(args.host, args.port)
     except OSError as exc:
@@ -441,9 +966,14 @@ def run(args: argparse.Namespace) -> int:
 
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
-    counts = {p: sum(r.protocol == p for r in recordings) for p in PROTOCOLS}
-    print(f"rapidsse serve: {counts['responses']} responses, {counts['chat']} chat, "
-          f"{counts['realtime']} realtime recording(s) on http://{host}:{port}/v1", file=sys.stderr, flush=True)
-    config = uvicorn.Config(create_app(recordings, pacing=pacing), log_level=args.log_level)
+    if synthetic:
+        what = (f"synthetic streams of {spec.tokens} tokens at {spec.rate:g} tokens/s after {spec.ttft * 1000:g} ms")
+        app = create_synthetic_app(spec)
+    else:
+        counts = {p: sum(r.protocol == p for r in recordings) for p in PROTOCOLS}
+        what = ", ".join(f"{count} {protocol}" for protocol, count in counts.items()) + " recording(s)"
+        app = create_app(recordings, pacing=pacing)
+    print(f"rapidsse serve: {what} on http://{host}:{port}/v1", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level=args.log_level)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

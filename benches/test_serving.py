@@ -1,0 +1,401 @@
+"""Can the serving benchmark be trusted? ``rapidsse serve --synthetic`` paces every token exactly
+(one every ``1000 / rate`` ms); a client that measures a different inter-token latency is
+measuring itself. This runs the server pinned to one core and the clients on the other, at rising
+concurrency (streams in flight at 50 tokens/s each), and reports per client the error of the
+measured median and p99 ITL against the paced truth and the client's CPU time per token:
+
+- ``rapidsse measure``: the harness of :mod:`rapidsse.measure` (an asyncio protocol per request,
+  httptools framing, rapidsse's typed decoder);
+- ``aiohttp + rapidsse``: aiohttp's streaming reads with the same decoder (what the transport
+  costs);
+- ``aiohttp + json.loads``: a vLLM-style client, as ``vllm bench serve``'s request function reads a
+  chat stream: aiohttp's reads, each stripped and split on blank lines by hand, a JSON parse to see
+  whether a trailing message is complete, then ``json.loads`` per message.
+
+All three use the same open-loop driver (due times, a slot cap, latency from the due time), the
+same event loop (uvloop's when installed, as ``rapidsse measure`` picks) and the same statistics
+(:func:`rapidsse.measure.summarize`), in the same run.
+
+    pytest benches/test_serving.py -s --benchmark-columns=median,rounds   # the table on stdout
+    python benches/test_serving.py --repeat 3 --plot docs/serving-benchmark.png   # table and chart
+
+Each point runs ``2 x concurrency`` requests of 60 tokens (about 4 s). The server reports how it
+kept its own schedule during each run (``/health``): on a shared machine its core is not always
+its own, and the column "server's own p99 error" says how much of a client's error came from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import codecs
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rapidsse import measure as m
+
+RATE = 50.0  # tokens per second per stream
+TOKENS = 60
+TTFT = 0.1
+CONCURRENCIES = (16, 64, 128, 256, 512)
+TRUTH_MS = 1000.0 / RATE
+PROTOCOL = "chat"
+
+
+# --- The server, on its own core ---------------------------------------------------------------------
+
+
+def _cores() -> tuple[set[int], set[int]] | None:
+    """(server core, client core) when two are there to pin to."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+    return ({cores[0]}, {cores[1]}) if len(cores) >= 2 else None
+
+
+class Server:
+    """``rapidsse serve --synthetic`` in a subprocess pinned to the server core."""
+
+    def __init__(self, pin: set[int] | None) -> None:
+        command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", str(TOKENS), "--rate",
+                   str(RATE), "--ttft", str(TTFT * 1000), "--port", "0", "--log-level", "warning"]
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                                        preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
+        banner = self.process.stderr.readline()
+        if " on " not in banner:
+            self.process.kill()
+            raise RuntimeError(f"the synthetic server did not start: {banner}")
+        self.base = banner.rsplit(" on ", 1)[1].strip().removesuffix("/v1")
+        self.url = m.endpoint_url(self.base, PROTOCOL)
+        deadline = time.monotonic() + 10
+        while True:  # wait until it accepts a request
+            try:
+                run = asyncio.run(m.measure(self.url, _bodies(), protocol=PROTOCOL, num_prompts=1, timeout=5))
+                if run.results[0].ok:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the synthetic server does not answer")
+            time.sleep(0.1)
+
+    def sent(self) -> dict[str, Any]:
+        """How the server kept its schedule since the last call (its ``/health?reset``): the
+        lateness of its tokens and the ITLs as it sent them."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.base + "/health?reset", timeout=10) as response:
+            return json.load(response)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        self.process.stderr.close()
+
+
+def _bodies() -> list[dict[str, Any]]:
+    return [m.request_body(PROTOCOL, "Tell me a story.", model="synthetic")]
+
+
+# --- The clients -----------------------------------------------------------------------------------
+
+
+async def _open_loop(send: Callable[[float, m.RequestResult], Any], count: int, rate: float,
+                     concurrency: int) -> m.Run:
+    """The driver of :func:`rapidsse.measure.measure` for the aiohttp clients: requests due at Poisson
+    arrivals, at most ``concurrency`` in flight, latency from the due time."""
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(due: float, result: m.RequestResult) -> m.RequestResult:
+        async with slots:
+            result.queued = time.perf_counter() - due
+            await send(due, result)
+        return result
+
+    start = time.perf_counter()
+    tasks = []
+    for offset in m.arrival_times(count, rate, seed=0):
+        wait = start + offset - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        tasks.append(asyncio.ensure_future(one(start + offset, m.RequestResult(due=offset))))
+    results = await asyncio.gather(*tasks)
+    return m.Run(list(results), time.perf_counter() - start)
+
+
+def _aiohttp_client(read: str) -> Callable[[str, int, float, int], m.Run]:
+    """An aiohttp client; ``read`` is ``"json.loads"`` (vLLM-style) or ``"rapidsse"``."""
+
+    async def run(url: str, count: int, rate: float, concurrency: int) -> m.Run:
+        import aiohttp
+
+        body = _bodies()[0]
+        connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+
+            async def send(due: float, result: m.RequestResult) -> None:
+                times = result.token_times
+                try:
+                    async with session.post(url, json=body) as response:
+                        result.status_code = response.status
+                        if response.status != 200:
+                            result.error = f"HTTP {response.status}"
+                            return
+                        if read == "rapidsse":
+                            adapter = m._ADAPTERS[PROTOCOL]()
+                            async for chunk in response.content.iter_any():
+                                now = time.perf_counter() - due
+                                tokens = adapter.feed(chunk)
+                                if tokens:
+                                    times.extend([now] * tokens)
+                            result.output_tokens = adapter.output_tokens
+                            finished = adapter.finished
+                        else:
+                            finished = False
+                            split = _VllmStyleSplitter()
+                            async for chunk in response.content.iter_any():
+                                chunk = chunk.strip()
+                                if not chunk:
+                                    continue
+                                for message in split.add(chunk):
+                                    if message.startswith(":"):
+                                        continue
+                                    data = message.removeprefix("data: ")
+                                    if data == "[DONE]":
+                                        finished = True
+                                        continue
+                                    timestamp = time.perf_counter() - due
+                                    chunk_json = json.loads(data)
+                                    if choices := chunk_json.get("choices"):
+                                        if choices[0]["delta"].get("content"):
+                                            times.append(timestamp)
+                                    elif usage := chunk_json.get("usage"):
+                                        result.output_tokens = usage.get("completion_tokens")
+                        result.latency = time.perf_counter() - due
+                        result.ttft = times[0] if times else None
+                        result.ok = finished and bool(times)
+                        result.error = None if result.ok else "cut short"
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                    result.error = type(exc).__name__
+
+            return await _open_loop(send, count, rate, concurrency)
+
+    return lambda *args: m.run_loop(run(*args))
+
+
+class _VllmStyleSplitter:
+    """The way vLLM's benchmark client cuts a stream into messages: reads decoded and appended to a
+    string, split on blank lines, and a trailing ``data:`` message taken when it parses as JSON
+    (its reads arrive stripped, so that is where most messages come from)."""
+
+    def __init__(self) -> None:
+        self.buffer = ""
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+
+    def add(self, chunk: bytes) -> list[str]:
+        self.buffer += self.decoder.decode(chunk)
+        messages = []
+        while "\n\n" in self.buffer:
+            message, self.buffer = self.buffer.split("\n\n", 1)
+            message = message.strip()
+            if message:
+                messages.append(message)
+        if self.buffer.startswith("data: "):
+            content = self.buffer.removeprefix("data: ").strip()
+            if content == "[DONE]":
+                messages.append(self.buffer.strip())
+                self.buffer = ""
+            elif content:
+                try:
+                    json.loads(content)
+                except json.JSONDecodeError:
+                    pass
+                else:
+                    messages.append(self.buffer.strip())
+                    self.buffer = ""
+        return messages
+
+
+def _rapidsse_measure(url: str, count: int, rate: float, concurrency: int) -> m.Run:
+    return m.run_loop(m.measure(url, _bodies(), protocol=PROTOCOL, num_prompts=count, request_rate=rate,
+                                max_concurrency=concurrency, seed=0, timeout=120))
+
+
+CLIENTS: dict[str, Callable[[str, int, float, int], m.Run]] = {
+    "rapidsse measure": _rapidsse_measure,
+    "aiohttp + rapidsse": _aiohttp_client("rapidsse"),
+    "aiohttp + json.loads": _aiohttp_client("json.loads"),
+}
+
+
+# --- One point ---------------------------------------------------------------------------------------
+
+
+def run_point(server: Server, client: str, concurrency: int) -> dict[str, Any]:
+    """``2 x concurrency`` requests arriving at the rate that keeps ``concurrency`` streams in
+    flight; the ITL error against the paced truth and the CPU time per token of this process."""
+    count = 2 * concurrency
+    rate = concurrency / (TTFT + (TOKENS - 1) / RATE)
+    server.sent()  # (resets the server's count)
+    cpu = time.process_time()
+    run = CLIENTS[client](server.url, count, rate, concurrency)
+    cpu = time.process_time() - cpu
+    sent = server.sent()
+    report = m.summarize(run, percentiles=[50, 99])
+    tokens = sum(len(r.token_times) for r in run.results)
+    return {
+        "client": client,
+        "concurrency": concurrency,
+        "completed": report["completed"],
+        "failed": report["failed"],
+        "median_itl_error_ms": report["median_itl_ms"] - TRUTH_MS,
+        "p99_itl_error_ms": report["p99_itl_ms"] - TRUTH_MS,
+        "median_ttft_error_ms": report["median_ttft_ms"] - TTFT * 1000,
+        "cpu_us_per_token": cpu / tokens * 1e6 if tokens else float("nan"),
+        "tokens": tokens,
+        "server_p99_late_ms": sent["lateness"]["p99_ms"],
+        "server_median_itl_error_ms": sent["itl"]["median_ms"] - TRUTH_MS,
+        "server_p99_itl_error_ms": sent["itl"]["p99_ms"] - TRUTH_MS,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The results as a markdown table: per concurrency and client, the measured ITL's error
+    against the paced truth, the same for the ITLs as the server sent them (what the server itself
+    added, e.g. when its core was busy), and the client's CPU time per token."""
+    lines = ["| streams | client | median ITL error ms | p99 ITL error ms | server's own p99 error ms "
+             "| client CPU µs/token |",
+             "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    for row in sorted(rows, key=lambda r: r["concurrency"]):
+        failed = f" ({row['failed']} failed)" if row["failed"] else ""
+        lines.append(f"| {row['concurrency']} | {row['client']}{failed} | {row['median_itl_error_ms']:+.2f} "
+                     f"| {row['p99_itl_error_ms']:+.2f} | {row['server_p99_itl_error_ms']:+.2f} "
+                     f"| {row['cpu_us_per_token']:.0f} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """The chart: p99 and median ITL error (with the server's own p99 error, dotted), and the
+    client's CPU time per token, against concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (p99_axes, median_axes, cpu_axes) = plt.subplots(1, 3, figsize=(14, 4.4))
+    for client in dict.fromkeys(r["client"] for r in rows):
+        mine = sorted((r for r in rows if r["client"] == client), key=lambda r: r["concurrency"])
+        xs = [r["concurrency"] for r in mine]
+        line, = p99_axes.plot(xs, [r["p99_itl_error_ms"] for r in mine], marker="o", label=client)
+        color = line.get_color()
+        p99_axes.plot(xs, [r["server_p99_itl_error_ms"] for r in mine], linestyle=":", color=color)
+        median_axes.plot(xs, [r["median_itl_error_ms"] for r in mine], marker="o", color=color, label=client)
+        cpu_axes.plot(xs, [r["cpu_us_per_token"] for r in mine], marker="o", color=color, label=client)
+    for axes in (p99_axes, median_axes):
+        axes.axhspan(-1, 1, color="green", alpha=0.1)
+        axes.set_yscale("symlog", linthresh=1)
+        axes.set_ylabel(f"measured − paced truth ({TRUTH_MS:g} ms), ms")
+    for axes in (p99_axes, median_axes, cpu_axes):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(list(CONCURRENCIES), [str(c) for c in CONCURRENCIES])
+        axes.set_xlabel(f"concurrent streams at {RATE:g} tokens/s")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8, loc="upper left")
+    p99_axes.set_title("p99 ITL error (dotted: the server's own, as it sent)", fontsize=10)
+    median_axes.set_title("median ITL error (green band: ±1 ms)", fontsize=10)
+    cpu_axes.set_ylabel("client CPU µs per token")
+    cpu_axes.set_title("client cost", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# --- pytest-benchmark --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    pytest.importorskip("httptools")
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("uvicorn")
+    cores = _cores()
+    if cores is not None:
+        os.sched_setaffinity(0, cores[1])
+    started = Server(cores[0] if cores else None)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    collected: list[dict[str, Any]] = []
+    yield collected
+    if collected:
+        print("\n" + table(collected))
+
+
+@pytest.mark.parametrize("concurrency", CONCURRENCIES)
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_serving_client(benchmark, server, rows, client, concurrency):
+    benchmark.group = f"serving: {concurrency} streams"
+    row = benchmark.pedantic(run_point, args=(server, client, concurrency), rounds=1, iterations=1)
+    benchmark.extra_info.update(row)
+    rows.append(row)
+    assert row["completed"] == 2 * concurrency, row
+
+
+def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from repeats of a point: the median of each number (failures: the sum)."""
+    merged = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, float):
+            merged[key] = statistics.median(r[key] for r in rows)
+    merged["failed"] = sum(r["failed"] for r in rows)
+    merged["repeats"] = len(rows)
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw the chart")
+    parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCIES))
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each point, the clients taking turns; the table gives their medians")
+    args = parser.parse_args(argv)
+    cores = _cores()
+    if cores is not None:
+        os.sched_setaffinity(0, cores[1])
+    server = Server(cores[0] if cores else None)
+    collected = []
+    try:
+        for concurrency in args.concurrency:
+            runs: dict[str, list[dict[str, Any]]] = {client: [] for client in CLIENTS}
+            for _ in range(args.repeat):
+                for client in CLIENTS:
+                    row = run_point(server, client, concurrency)
+                    print(row, file=sys.stderr, flush=True)
+                    runs[client].append(row)
+            collected += [median_of(rows) for rows in runs.values()]
+    finally:
+        server.stop()
+    print(table(collected))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(collected, out, indent=2)
+    if args.plot:
+        plot(collected, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
