@@ -755,7 +755,17 @@ def _starlette_app():
 
         return StreamingResponse(body(), media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/events", endpoint=stream)])
+    async def echo(request):
+        """A POST endpoint, as LLM APIs are: one event per word of the JSON body's ``input``."""
+        words = (await request.json())["input"].split()
+
+        async def body():
+            for i, word in enumerate(words):
+                yield f"id: {i}\nevent: word\ndata: {json.dumps({'word': word})}\n\n".encode()
+
+        return StreamingResponse(body(), media_type="text/event-stream; charset=utf-8")
+
+    return Starlette(routes=[Route("/events", endpoint=stream), Route("/echo", endpoint=echo, methods=["POST"])])
 
 
 def test_asgi_starlette_endpoint_async_client():
@@ -768,6 +778,20 @@ def test_asgi_starlette_endpoint_async_client():
                 return fields([sse async for sse in source.aiter_sse()])
 
     assert asyncio.run(run(httpx_sse)) == asyncio.run(run(real)) == _PIECES_EVENTS
+
+
+def test_asgi_post_with_a_json_body():
+    pytest.importorskip("starlette")
+    app = _starlette_app()
+
+    async def run(module):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://app") as client:
+            async with module.aconnect_sse(client, "POST", "/echo", json={"input": "héllo streamed world"}) as source:
+                assert source.response.status_code == 200
+                return [(sse.event, sse.id, sse.json()) async for sse in source.aiter_sse()]
+
+    expected = [("word", str(i), {"word": w}) for i, w in enumerate(["héllo", "streamed", "world"])]
+    assert asyncio.run(run(httpx_sse)) == asyncio.run(run(real)) == expected
 
 
 def test_starlette_endpoint_sync_and_async_clients_over_loopback():
