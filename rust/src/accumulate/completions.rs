@@ -28,8 +28,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{
-    error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError, Rejected,
-    Str, TextCap, DEFAULT_TEXT_CAP,
+    error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError, Rejected, Str,
+    TextCap, DEFAULT_TEXT_CAP,
 };
 
 /// The chunk fields read on every chunk; the first chunk is also parsed whole.
@@ -110,7 +110,11 @@ impl CompletionsAccumulator {
             self.unknown_events += 1;
             return Ok(());
         }
-        if chunk.object.as_ref().is_some_and(|o| o.0 != "text_completion") {
+        if chunk
+            .object
+            .as_ref()
+            .is_some_and(|o| o.0 != "text_completion")
+        {
             self.unknown_events += 1;
             return Ok(());
         }
@@ -129,8 +133,9 @@ impl CompletionsAccumulator {
                 }
             }
         }
-        if let Some(Ok(Value::Array(choices))) =
-            chunk.choices.map(|r| serde_json::from_str::<Value>(r.get()))
+        if let Some(Ok(Value::Array(choices))) = chunk
+            .choices
+            .map(|r| serde_json::from_str::<Value>(r.get()))
         {
             for choice in choices {
                 if let Value::Object(choice) = choice {
@@ -299,9 +304,11 @@ mod tests {
     fn errors_other_objects_and_malformed_chunks() {
         let mut acc = CompletionsAccumulator::new();
         acc.add_json(br#"{"error":{"message":"boom"}}"#).unwrap();
-        acc.add_json(br#"{"object":"chat.completion.chunk","choices":[{"text":"x"}]}"#).unwrap();
+        acc.add_json(br#"{"object":"chat.completion.chunk","choices":[{"text":"x"}]}"#)
+            .unwrap();
         acc.add_json(br#"{"object":5,"choices":[]}"#).unwrap();
-        acc.add_json(br#"{"choices":[{"text":"ok"}, 3], "model": "m"}"#).unwrap();
+        acc.add_json(br#"{"choices":[{"text":"ok"}, 3], "model": "m"}"#)
+            .unwrap();
         assert_eq!(
             acc.warnings(),
             ["error event: boom", "completions: malformed chunk ignored"]
@@ -319,7 +326,14 @@ mod tests {
         let mut acc = CompletionsAccumulator::with_text_cap(Some(3));
         acc.add_json(br#"{"choices":[{"text":"ab"}]}"#).unwrap();
         let err = acc.add_json(br#"{"choices":[{"text":"cd"}]}"#).unwrap_err();
-        assert!(matches!(err, AccumulateError::TextTooLarge { length: 4, limit: 3, .. }));
+        assert!(matches!(
+            err,
+            AccumulateError::TextTooLarge {
+                length: 4,
+                limit: 3,
+                ..
+            }
+        ));
         acc.add_json(br#"{"choices":[{"text":"c"}]}"#).unwrap();
         assert_eq!(snapshot(&acc)["choices"][0]["text"], "abc");
     }

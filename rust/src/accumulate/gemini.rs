@@ -140,8 +140,9 @@ impl GeminiAccumulator {
                 }
             }
         }
-        if let Some(Ok(Value::Array(candidates))) =
-            chunk.candidates.map(|r| serde_json::from_str::<Value>(r.get()))
+        if let Some(Ok(Value::Array(candidates))) = chunk
+            .candidates
+            .map(|r| serde_json::from_str::<Value>(r.get()))
         {
             for candidate in candidates {
                 if let Value::Object(candidate) = candidate {
@@ -266,7 +267,8 @@ fn merge_part(parts: &mut Vec<Value>, part: Value, cap: &mut TextCap) {
         return;
     };
     if let Some(Value::Object(last)) = parts.last_mut() {
-        if text_kind(last) == Some(kind) && (signature(last).is_none() || signature(&part).is_none())
+        if text_kind(last) == Some(kind)
+            && (signature(last).is_none() || signature(&part).is_none())
         {
             if let (Some(Value::String(text)), Some(Value::String(add))) =
                 (last.get_mut("text"), part.get("text"))
@@ -275,7 +277,10 @@ fn merge_part(parts: &mut Vec<Value>, part: Value, cap: &mut TextCap) {
                     text.push_str(add);
                 }
             }
-            if let Some(sig) = part.shift_remove("thoughtSignature").filter(|s| !s.is_null()) {
+            if let Some(sig) = part
+                .shift_remove("thoughtSignature")
+                .filter(|s| !s.is_null())
+            {
                 last.insert("thoughtSignature".to_owned(), sig);
             }
             return;
@@ -339,8 +344,10 @@ mod tests {
         let mut acc = GeminiAccumulator::new();
         acc.add_json(br#"{"candidates":[{"index":1,"content":{"parts":[{"text":"B"}]}},{"content":{"parts":[{"text":"A"}]}}]}"#).unwrap();
         acc.add_json(br#"{"candidates":[{"index":0,"content":{"parts":[{"text":"a"}]}},{"index":1,"content":{"parts":[{"text":"b"}]}}]}"#).unwrap();
-        acc.add_json(br#"{"error":{"code":503,"message":"overloaded","status":"UNAVAILABLE"}}"#).unwrap();
-        acc.add_json(br#"{"candidates":[],"candidates":[]}"#).unwrap();
+        acc.add_json(br#"{"error":{"code":503,"message":"overloaded","status":"UNAVAILABLE"}}"#)
+            .unwrap();
+        acc.add_json(br#"{"candidates":[],"candidates":[]}"#)
+            .unwrap();
         let got: Value = serde_json::from_slice(&acc.snapshot_json().unwrap()).unwrap();
         assert_eq!(got["candidates"][0]["index"], 1);
         assert_eq!(got["candidates"][0]["content"]["parts"][0]["text"], "Bb");
@@ -358,12 +365,21 @@ mod tests {
     #[test]
     fn text_cap() {
         let mut acc = GeminiAccumulator::with_text_cap(Some(4));
-        acc.add_json(br#"{"candidates":[{"content":{"parts":[{"text":"abc"}]}}]}"#).unwrap();
+        acc.add_json(br#"{"candidates":[{"content":{"parts":[{"text":"abc"}]}}]}"#)
+            .unwrap();
         let err = acc
             .add_json(br#"{"candidates":[{"content":{"parts":[{"text":"de"}]}}]}"#)
             .unwrap_err();
-        assert!(matches!(err, AccumulateError::TextTooLarge { length: 5, limit: 4, .. }));
-        acc.add_json(br#"{"candidates":[{"content":{"parts":[{"text":"d"}]}}]}"#).unwrap();
+        assert!(matches!(
+            err,
+            AccumulateError::TextTooLarge {
+                length: 5,
+                limit: 4,
+                ..
+            }
+        ));
+        acc.add_json(br#"{"candidates":[{"content":{"parts":[{"text":"d"}]}}]}"#)
+            .unwrap();
         let got: Value = serde_json::from_slice(&acc.snapshot_json().unwrap()).unwrap();
         assert_eq!(got["candidates"][0]["content"]["parts"][0]["text"], "abcd");
     }
@@ -387,7 +403,10 @@ mod tests {
             let got: Value = serde_json::from_slice(&acc.snapshot_json().unwrap()).unwrap();
             let (mut text, mut thoughts, mut others) = (String::new(), String::new(), Vec::new());
             for chunk in &chunks {
-                for part in chunk["candidates"][0]["content"]["parts"].as_array().unwrap() {
+                for part in chunk["candidates"][0]["content"]["parts"]
+                    .as_array()
+                    .unwrap()
+                {
                     match (part.get("text"), part.get("thought")) {
                         (Some(Value::String(t)), Some(Value::Bool(true))) => thoughts.push_str(t),
                         (Some(Value::String(t)), _) => text.push_str(t),
