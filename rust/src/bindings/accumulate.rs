@@ -608,11 +608,7 @@ accumulator_core!(
     RealtimeAccumulator,
     "Realtime accumulator core."
 );
-accumulator_core!(
-    GeminiCore,
-    GeminiAccumulator,
-    "Gemini accumulator core."
-);
+accumulator_core!(GeminiCore, GeminiAccumulator, "Gemini accumulator core.");
 accumulator_core!(
     CompletionsCore,
     CompletionsAccumulator,
