@@ -413,3 +413,24 @@ def test_hostile_streams_raise_only_sse_errors(data, on_error, cap, raise_on_err
             typed.add(event)
         except SSEError:
             pass
+
+
+def test_httpx_integration_reads_a_gemini_url():
+    """``connect_sse`` on a ``:streamGenerateContent`` URL reads Gemini without being told."""
+    from rapidsse.integrations import protocol_for_path
+    from rapidsse.integrations.httpx import connect_sse
+
+    data = FILES[0].read_bytes()
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=data)
+    )
+    url = "http://gemini.test/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    with httpx.Client(transport=transport) as client, connect_sse(client, "POST", url, json={}) as source:
+        stream = source.stream()
+        chunks = list(stream)
+    acc = GeminiAccumulator()
+    acc.feed(data)
+    assert chunks == list(iter_events([data], protocol="gemini")) and stream.response == acc.response
+    assert protocol_for_path("/v1/completions") == "completions"
+    assert protocol_for_path("/v1/chat/completions") == "chat"
+    assert protocol_for_path("/v1/responses") == "responses"
