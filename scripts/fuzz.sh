@@ -61,7 +61,7 @@ def put(target, data):
 def payloads(data):
     return [line[5:].strip() for line in data.splitlines() if line.startswith(b"data:")]
 
-for kind in ("responses", "chat"):
+for kind in ("responses", "chat", "gemini"):
     for path in sorted((corpus / kind).glob("*.sse")) if (corpus / kind).is_dir() else []:
         data = path.read_bytes()
         for i, start in enumerate(range(0, min(len(data), 32768), 4096)):
@@ -74,6 +74,11 @@ for kind in ("responses", "chat"):
         for i in range(0, min(len(ps), 120), 12):
             put("batch", head + b"\xff" + b"\xff".join(ps[i : i + 12]))
             put("accumulate", b"\n".join(p for p in ps[i : i + 24] if len(p) < 4096))
+# Completions: the synthetic fixtures (the corpus has no recording of that API).
+for path in sorted((root / "tests" / "fixtures" / "completions").glob("*.sse")):
+    data = path.read_bytes()
+    put("tap", bytes([5, 0, 1]) + data[:4096])
+    put("accumulate", b"\n".join(p for p in payloads(data)[:24]))
 for path in sorted((corpus / "realtime").glob("*.jsonl")) if (corpus / "realtime").is_dir() else []:
     lines = [l for l in path.read_bytes().splitlines() if l.strip() and len(l) < 4096]
     for i in range(0, min(len(lines), 120), 24):

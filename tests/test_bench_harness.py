@@ -78,6 +78,30 @@ def test_every_installed_contender_counts_every_event(group):
         assert contender.run(inputs) == N, contender.name
 
 
+def test_gemini_and_completions_streams_decode_into_the_expected_chunks():
+    data = bench.gemini_stream(N)
+    assert data.count(b"\r\n\r\n") == N
+    chunks = list(rapidsse.iter_events([data], protocol="gemini"))
+    assert len(chunks) == N and chunks[-1].candidates[0].finish_reason == "STOP"
+    assert chunks[0].candidates[0].content.parts[0].text and chunks[-1].candidates[0].content.parts[0].thought_signature
+    data = bench.completions_stream(N)
+    chunks = list(rapidsse.iter_events([data], protocol="completions"))
+    assert len(chunks) == N and data.endswith(b"data: [DONE]\n\n")
+    assert chunks[-2].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == N - 1
+
+
+@pytest.mark.parametrize(
+    "group", [bench.TYPED_GEMINI, bench.GEMINI_ACCUMULATE, bench.TYPED_COMPLETIONS, bench.COMPLETIONS_ACCUMULATE]
+)
+def test_gemini_and_completions_contenders_count_every_chunk(group):
+    load = bench.workload(group, N)
+    contenders = _available(group)
+    assert any(c.name.startswith(("google-genai", "openai SDK")) for c in contenders)
+    for contender in contenders:
+        inputs = contender.prepare(load.inputs) if contender.prepare else load.inputs
+        assert contender.run(inputs) == N, contender.name
+
+
 def test_large_event_contenders_frame_one_event():
     chunks = bench.chunked(bench.large_event_stream(1 << 16), 4096)
     for contender in _available(bench.LARGE_EVENT):

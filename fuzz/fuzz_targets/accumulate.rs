@@ -1,12 +1,14 @@
 //! The accumulators' `add_json` never panics, whatever the payloads: the input is split on LF
-//! into payloads, each added to the three accumulators (Responses, Chat, Realtime), with a text
+//! into payloads, each added to the five accumulators (Responses, Chat, Realtime, Gemini,
+//! Completions), with a text
 //! cap drawn from the first byte; snapshots, warnings and counters are read along the way and
 //! every snapshot must be valid JSON.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rapidsse::accumulate::{
-    Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator, ResponseAccumulator,
+    Accumulate, AccumulateError, ChatAccumulator, CompletionsAccumulator, GeminiAccumulator,
+    RealtimeAccumulator, ResponseAccumulator,
 };
 
 fn check(acc: &mut impl Accumulate, added: u64) {
@@ -29,19 +31,31 @@ fuzz_target!(|input: &[u8]| {
     let mut responses = ResponseAccumulator::with_text_cap(cap);
     let mut chat = ChatAccumulator::with_text_cap(cap);
     let mut realtime = RealtimeAccumulator::with_text_cap(cap);
+    let mut gemini = GeminiAccumulator::with_text_cap(cap);
+    let mut completions = CompletionsAccumulator::with_text_cap(cap);
     let mut added = 0u64;
     for (i, payload) in input.split(|&b| b == b'\n').enumerate() {
         added += 1;
-        let before = (responses.events(), chat.events(), realtime.events());
+        let before = (
+            responses.events(),
+            chat.events(),
+            realtime.events(),
+            gemini.events(),
+            completions.events(),
+        );
         let r = responses.add_json(payload);
         let c = chat.add_json(payload);
         let t = realtime.add_json(payload);
+        let g = gemini.add_json(payload);
+        let o = completions.add_json(payload);
         // A rejected payload leaves the accumulator unchanged and is not counted; a delta
         // refused by the cap was read (counted), and only its text is left out.
         for (result, events, before) in [
             (r, responses.events(), before.0),
             (c, chat.events(), before.1),
             (t, realtime.events(), before.2),
+            (g, gemini.events(), before.3),
+            (o, completions.events(), before.4),
         ] {
             match result {
                 Ok(()) => {}
@@ -58,11 +72,15 @@ fuzz_target!(|input: &[u8]| {
             check(&mut responses, added);
             check(&mut chat, added);
             check(&mut realtime, added);
+            check(&mut gemini, added);
+            check(&mut completions, added);
             let _ = responses.output_text();
         }
     }
     check(&mut responses, added);
     check(&mut chat, added);
     check(&mut realtime, added);
+    check(&mut gemini, added);
+    check(&mut completions, added);
     let _ = responses.output_text();
 });

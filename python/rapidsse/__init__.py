@@ -22,25 +22,33 @@ from .decoding import (
 )
 from .accumulate import (
     ChatAccumulator,
+    CompletionsAccumulator,
     EventStream,
+    GeminiAccumulator,
     RealtimeAccumulator,
     ResponseAccumulator,
     astream_chat,
     astream_responses,
     stream_chat,
+    stream_completions,
+    stream_gemini,
     stream_responses,
 )
-from . import chat, realtime, responses
+from . import chat, completions, gemini, realtime, responses
 
 __all__ = [
     "BACKEND",
     "ChatAccumulator",
+    "CompletionsAccumulator",
     "EventStream",
+    "GeminiAccumulator",
     "RealtimeAccumulator",
     "ResponseAccumulator",
     "astream_chat",
     "astream_responses",
     "stream_chat",
+    "stream_completions",
+    "stream_gemini",
     "stream_responses",
     "DEFAULT_MAX_EVENT_SIZE",
     "DecodeError",
@@ -49,8 +57,10 @@ __all__ = [
     "UnknownEvent",
     "aiter_events",
     "chat",
+    "completions",
     "decode_realtime",
     "encode_sse",
+    "gemini",
     "iter_events",
     "iter_realtime",
     "realtime",

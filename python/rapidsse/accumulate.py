@@ -1,4 +1,5 @@
-"""Accumulation: the final Response, ChatCompletion and Realtime responses, built from the deltas.
+"""Accumulation: the final Response, ChatCompletion, Realtime responses, Gemini response and text
+completion, built from the deltas.
 
 The work is done by the backend's core (``rust/src/accumulate`` or its pure-Python twin): it takes
 each event's JSON payload, appends text in place, and hands back the object built so far as JSON,
@@ -25,7 +26,7 @@ from typing import Any, Callable, Generic, TypeVar, Union
 
 import msgspec
 
-from . import chat, realtime, responses
+from . import chat, completions, gemini, realtime, responses
 from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
 from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _check_size, _chunks, _finished
@@ -34,12 +35,16 @@ from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
 
 __all__ = [
     "ChatAccumulator",
+    "CompletionsAccumulator",
+    "GeminiAccumulator",
     "EventStream",
     "RealtimeAccumulator",
     "ResponseAccumulator",
     "astream_chat",
     "astream_responses",
     "stream_chat",
+    "stream_completions",
+    "stream_gemini",
     "stream_responses",
 ]
 
@@ -285,6 +290,53 @@ class ChatAccumulator(_SSEAccumulator[chat.ChatCompletion]):
         return self._snapshot()
 
 
+class GeminiAccumulator(_SSEAccumulator[gemini.GenerateContentResponse]):
+    """Builds one :class:`rapidsse.gemini.GenerateContentResponse` from a Gemini stream's chunks:
+    per candidate (matched by ``index``) the parts in order, consecutive text parts of the same
+    kind (thought or not) joined into one, function calls, code, code results and other parts
+    kept as they came, each ``thoughtSignature`` kept with its part; the last chunk's
+    ``usage_metadata``, ``model_version``, ``response_id``, ``prompt_feedback`` and each
+    candidate's last ``finish_reason`` (and other candidate fields). Rules: ``docs/gemini.md``.
+
+    >>> acc = GeminiAccumulator()
+    >>> acc.feed(b'data: {"candidates":[{"content":{"parts":[{"text":"Hel"}]}}]}\r\n\r\n')
+    >>> acc.feed(b'data: {"candidates":[{"content":{"parts":[{"text":"lo"}]}}]}\r\n\r\n')
+    >>> acc.response.candidates[0].content.parts[0].text
+    'Hello'
+    """
+
+    __slots__ = ()
+    _core_name = "GeminiCore"
+    _snapshot_type = gemini.GenerateContentResponse
+
+    @property
+    def response(self) -> Union[gemini.GenerateContentResponse, None]:
+        """A snapshot of everything so far (None before the first chunk)."""
+        return self._snapshot()
+
+
+class CompletionsAccumulator(_SSEAccumulator[completions.Completion]):
+    """Builds the final :class:`rapidsse.completions.Completion` of a legacy Completions stream
+    (``POST /v1/completions``): per choice index its text joined, its logprobs lists
+    (``tokens``, ``token_logprobs``, ``top_logprobs``, ``text_offset``) joined in order, its
+    last finish reason; the last ``usage``. Rules: ``docs/completions.md``.
+
+    >>> acc = CompletionsAccumulator()
+    >>> acc.feed(b'data: {"object":"text_completion","choices":[{"index":0,"text":"Hi"}]}\n\n')
+    >>> acc.completion.choices[0].text
+    'Hi'
+    """
+
+    __slots__ = ()
+    _core_name = "CompletionsCore"
+    _snapshot_type = completions.Completion
+
+    @property
+    def completion(self) -> Union[completions.Completion, None]:
+        """A snapshot of everything so far (None before the first chunk)."""
+        return self._snapshot()
+
+
 class RealtimeAccumulator(_Accumulator[dict]):
     """Builds each response of a Realtime session from its server events (GA and beta names):
     status, output items with text and transcripts, function call arguments; ``response.done``
@@ -322,7 +374,7 @@ class EventStream(Generic[T]):
         self._source = source
         self._decoder = EventDecoder(protocol, on_error=on_error, max_event_size=max_event_size,  # type: ignore[arg-type]
                                      raise_on_error_event=raise_on_error_event)
-        acc_type = ResponseAccumulator if protocol == "responses" else ChatAccumulator
+        acc_type = _STREAM_ACCUMULATORS[protocol]
         self.accumulator: Any = acc_type(on_error="skip", max_event_size=max_event_size)
         self._step = self._step_adding if protocol == "responses" else self._step_tapping
 
@@ -378,7 +430,7 @@ class EventStream(Generic[T]):
 
     @property
     def response(self) -> Any:
-        """The Response built so far (Responses streams)."""
+        """The Response (Responses streams) or GenerateContentResponse (Gemini streams) built so far."""
         return self.accumulator.response
 
     @property
@@ -388,12 +440,21 @@ class EventStream(Generic[T]):
 
     @property
     def completion(self) -> Any:
-        """The ChatCompletion built so far (Chat streams)."""
+        """The ChatCompletion (Chat streams) or Completion (Completions streams) built so far."""
         return self.accumulator.completion
 
     @property
     def warnings(self) -> list[str]:
         return self.accumulator.warnings
+
+
+# What accumulates each protocol's stream (all but Responses tap the bytes the decoder reads).
+_STREAM_ACCUMULATORS: dict[str, type] = {
+    "responses": ResponseAccumulator,
+    "chat": ChatAccumulator,
+    "gemini": GeminiAccumulator,
+    "completions": CompletionsAccumulator,
+}
 
 
 def stream_responses(source: Iterable[Bytes], *, on_error: OnError = "raise",
@@ -413,6 +474,20 @@ def stream_chat(source: Iterable[Bytes], *, on_error: OnError = "raise",
                 raise_on_error_event: bool = False) -> EventStream[chat.ChatCompletion]:
     """Iterate a Chat Completions stream's chunks and accumulate them at once (``stream.completion``)."""
     return EventStream(source, "chat", on_error, max_event_size, raise_on_error_event)
+
+
+def stream_gemini(source: Iterable[Bytes], *, on_error: OnError = "raise",
+                  max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE,
+                  raise_on_error_event: bool = False) -> EventStream[gemini.GenerateContentResponse]:
+    """Iterate a Gemini stream's chunks and accumulate them at once (``stream.response``)."""
+    return EventStream(source, "gemini", on_error, max_event_size, raise_on_error_event)
+
+
+def stream_completions(source: Iterable[Bytes], *, on_error: OnError = "raise",
+                       max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE,
+                       raise_on_error_event: bool = False) -> EventStream[completions.Completion]:
+    """Iterate a Completions stream's chunks and accumulate them at once (``stream.completion``)."""
+    return EventStream(source, "completions", on_error, max_event_size, raise_on_error_event)
 
 
 def astream_responses(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStream[responses.Response]:

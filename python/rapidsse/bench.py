@@ -31,7 +31,7 @@ from typing import Any, Callable, Literal
 
 import msgspec
 
-from . import chat, decoding, responses
+from . import chat, completions, decoding, gemini, responses
 from ._backend import BACKEND, using
 from .decoding import EventDecoder
 from .framing import DEFAULT_MAX_EVENT_SIZE, _PySSEDecoder
@@ -43,6 +43,8 @@ __all__ = [
     "Recording",
     "Workload",
     "chat_stream",
+    "completions_stream",
+    "gemini_stream",
     "chunked",
     "contenders",
     "corpus_dir",
@@ -56,7 +58,7 @@ __all__ = [
     "workload",
 ]
 
-Protocol = Literal["responses", "chat"]
+Protocol = Literal["responses", "chat", "gemini", "completions"]
 
 CHUNK_SIZE = 512
 """Bytes per chunk in the stream groups: about what one TLS record / socket read carries."""
@@ -74,8 +76,12 @@ ACCUMULATE = "final Response (Responses, 512-byte chunks)"
 HTTPX_SSE = "httpx-sse drop-in: connect_sse + iter_sse over an httpx MockTransport (Responses, 512-byte chunks)"
 HTTPX_SSE_ASYNC = "httpx-sse drop-in: aconnect_sse + aiter_sse over an httpx MockTransport (Responses, 512-byte chunks)"
 HTTPX_SSE_CORPUS = "httpx-sse drop-in: connect_sse + iter_sse over an httpx MockTransport (all recordings)"
+TYPED_GEMINI = "typed Gemini (512-byte chunks)"
+GEMINI_ACCUMULATE = "final Gemini response (512-byte chunks)"
+TYPED_COMPLETIONS = "typed Completions (512-byte chunks)"
+COMPLETIONS_ACCUMULATE = "final Completion (512-byte chunks)"
 GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC,
-          HTTPX_SSE_CORPUS)
+          HTTPX_SSE_CORPUS, TYPED_GEMINI, GEMINI_ACCUMULATE, TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE)
 """Every group, in the order :func:`run_all` reports them."""
 
 # ---------------------------------------------------------------------------------------------------
@@ -203,6 +209,65 @@ def chat_stream(n_events: int = 3000) -> bytes:
                                       "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
     }  # fmt: skip
     out.append(chunk([], usage, obfuscation="k0"))
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+_GEMINI_RESPONSE_ID = "REVVabaiCdq4qtsPnZu96Qo"
+_COMPLETION_ID = "cmpl-5f0c9a7e2b3d4c1e8a6b9d0f1e2c3a4b"
+
+
+def gemini_stream(n_events: int = 3000) -> bytes:
+    """A Gemini ``streamGenerateContent?alt=sse`` stream of exactly ``n_events`` chunks, shaped like
+    the recordings: CRLF line ends, every chunk a whole ``GenerateContentResponse`` with one text
+    part of candidate 0 (a tenth of them thought summaries, first), the running
+    ``usageMetadata``, ``modelVersion`` and ``responseId``; the last chunk has an empty text part
+    with a ``thoughtSignature`` and ``finishReason: "STOP"``.
+    """
+    if n_events < 2:
+        raise ValueError("a Gemini stream needs at least 2 chunks")
+    thoughts = n_events // 10
+    out = []
+    for i in range(n_events):
+        last = i == n_events - 1
+        part: dict[str, Any] = {"text": "" if last else _delta(i) + _delta(i + 1)}
+        if i < thoughts:
+            part["thought"] = True
+        if last:
+            part["thoughtSignature"] = "EpIDCo8DAQw51scL+dHffCC+bznOIyXjDPleN5yQL1zqs+4M/VtZCHcJrN8gh786ZjK9OZKu"
+        candidate: dict[str, Any] = {"content": {"parts": [part], "role": "model"}, "index": 0}
+        if last:
+            candidate["finishReason"] = "STOP"
+        usage = {
+            "promptTokenCount": 55, "candidatesTokenCount": 3 * (i + 1), "totalTokenCount": 55 + 3 * (i + 1),
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 55}], "thoughtsTokenCount": 3 * thoughts,
+        }  # fmt: skip
+        chunk = {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash",
+                 "responseId": _GEMINI_RESPONSE_ID}  # fmt: skip
+        out.append(b"data: " + _encode(chunk) + b"\r\n\r\n")
+    return b"".join(out)
+
+
+def completions_stream(n_events: int = 3000) -> bytes:
+    """A legacy Completions stream (``POST /v1/completions``) of exactly ``n_events``
+    ``text_completion`` chunks as vLLM sends them: one choice, a text piece per chunk with
+    ``logprobs``, ``finish_reason`` and ``stop_reason`` null and ``usage: null``, a last text chunk
+    with ``finish_reason: "length"``, a usage chunk with empty ``choices``, and ``data: [DONE]``.
+    """
+    if n_events < 2:
+        raise ValueError("a Completions stream needs at least 2 chunks")
+
+    def chunk(choices: list[Any], usage: Any = None) -> bytes:
+        return _sse(None, {
+            "id": _COMPLETION_ID, "object": "text_completion", "created": 1764590000,
+            "model": "meta-llama/Llama-3.1-8B-Instruct", "choices": choices, "usage": usage,
+        })  # fmt: skip
+
+    out = []
+    for i in range(n_events - 1):
+        finish = "length" if i == n_events - 2 else None
+        out.append(chunk([{"index": 0, "text": _delta(i), "logprobs": None, "finish_reason": finish, "stop_reason": None}]))
+    out.append(chunk([], {"prompt_tokens": 9, "total_tokens": 9 + n_events - 1, "completion_tokens": n_events - 1}))
     out.append(b"data: [DONE]\n\n")
     return b"".join(out)
 
@@ -374,6 +439,8 @@ def _sdk(protocol: Protocol, chunks: list[bytes]) -> int:
     server.chunks = chunks
     if protocol == "responses":
         stream = client.responses.create(model="gpt-4.1", input="Hi", stream=True)
+    elif protocol == "completions":
+        stream = client.completions.create(model="m", prompt="Hi", stream=True)
     else:
         messages = [{"role": "user", "content": "Hi"}]
         stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
@@ -384,6 +451,106 @@ def _sdk(protocol: Protocol, chunks: list[bytes]) -> int:
     except openai.APIError:  # the SDK raises an event carrying an `error` instead of yielding it
         n += 1
     return n
+
+
+@functools.lru_cache(maxsize=None)
+def _genai_client() -> tuple[Any, _MockServer]:
+    """One google-genai client over a mock transport, built once so that its setup is not timed."""
+    import httpx
+    from google import genai
+
+    server = _MockServer()
+    options = genai.types.HttpOptions(
+        base_url="http://test", httpx_client=httpx.Client(transport=httpx.MockTransport(server))
+    )
+    return genai.Client(api_key="x", http_options=options), server
+
+
+def _genai_stream(chunks: list[bytes]) -> int:
+    """google-genai's ``models.generate_content_stream`` iterated: its SSE reading, ``json.loads``
+    and pydantic ``model_validate`` of every chunk, as the SDK does them."""
+    client, server = _genai_client()
+    server.chunks = chunks
+    n = 0
+    for _ in client.models.generate_content_stream(model="gemini-2.5-flash", contents="Hi"):
+        n += 1
+    return n
+
+
+def _genai_accumulated(chunks: list[bytes]) -> int:
+    """The same iteration, accumulated with the SDK's own types: candidate 0's parts joined as
+    :class:`rapidsse.GeminiAccumulator` joins them (text of the same kind), into one
+    ``GenerateContentResponse`` with the last chunk's usage."""
+    from google.genai import types
+
+    client, server = _genai_client()
+    server.chunks = chunks
+    parts: list[Any] = []
+    n, last = 0, None
+    for chunk in client.models.generate_content_stream(model="gemini-2.5-flash", contents="Hi"):
+        n += 1
+        last = chunk
+        for part in chunk.candidates[0].content.parts or []:
+            previous = parts[-1] if parts else None
+            if (part.text is not None and previous is not None and previous.text is not None
+                    and bool(previous.thought) == bool(part.thought)
+                    and not (previous.thought_signature and part.thought_signature)):
+                previous.text += part.text
+                previous.thought_signature = previous.thought_signature or part.thought_signature
+            else:
+                parts.append(part.model_copy())
+    assert last is not None
+    types.GenerateContentResponse(
+        candidates=[types.Candidate(content=types.Content(role="model", parts=parts),
+                                    finish_reason=last.candidates[0].finish_reason)],
+        usage_metadata=last.usage_metadata, model_version=last.model_version, response_id=last.response_id,
+    )  # fmt: skip
+    return n
+
+
+def _sdk_completions_joined(chunks: list[bytes]) -> int:
+    """The openai SDK's ``completions.create(stream=True)`` iterated, each choice's text joined by
+    hand (the SDK has no accumulator for this API), the last usage kept."""
+    client, server = _openai_client()
+    server.chunks = chunks
+    texts: dict[int, list[str]] = {}
+    n, usage = 0, None
+    for chunk in client.completions.create(model="m", prompt="Hi", stream=True):
+        n += 1
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts.setdefault(choice.index, []).append(choice.text)
+    assert usage is not None and {i: "".join(t) for i, t in texts.items()}
+    return n
+
+
+def _tap_into(cls_name: str, result: str, chunks: list[bytes]) -> int:
+    """The tap of a Gemini / Completions accumulator: raw bytes in, then the final object."""
+    from . import accumulate
+
+    acc = getattr(accumulate, cls_name)()
+    feed = acc.feed
+    for chunk in chunks:
+        feed(chunk)
+    assert getattr(acc, result) is not None
+    return acc.events
+
+
+def _tap_into_python(cls_name: str, result: str, chunks: list[bytes]) -> int:
+    with using("python"):
+        return _tap_into(cls_name, result, chunks)
+
+
+def _typed_added(protocol: Protocol, cls_name: str, result: str, chunks: list[bytes]) -> int:
+    """``for event in iter_events(...)``: ``acc.add(event)``, then the final object."""
+    from . import accumulate
+
+    acc = getattr(accumulate, cls_name)()
+    add = acc.add
+    for event in decoding.iter_events(chunks, protocol):
+        add(event)
+    assert getattr(acc, result) is not None
+    return acc.events
 
 
 def _tap(chunks: list[bytes]) -> int:
@@ -578,6 +745,7 @@ def _unavailable(modules: tuple[str, ...]) -> str | None:
 
 _RUST = ("rapidsse._rapidsse",)
 _SDK = ("httpx", "openai")
+_GENAI = ("httpx", "google.genai")
 
 
 def contenders(group: str) -> list[Contender]:
@@ -644,6 +812,37 @@ def contenders(group: str) -> list[Contender]:
                           prepare=_with_event_count),
             ]
         return rows
+    if group in (TYPED_GEMINI, TYPED_COMPLETIONS):
+        protocol = "gemini" if group == TYPED_GEMINI else "completions"
+        schema = gemini.GenerateContentResponse if protocol == "gemini" else completions.Completion
+        peer = (Contender("google-genai generate_content_stream", _genai_stream, _GENAI) if protocol == "gemini"
+                else Contender("openai SDK completions.create(stream=True)", functools.partial(_sdk, protocol), _SDK))
+        return [
+            Contender("rapidsse rust", functools.partial(_typed_rust, protocol), _RUST),
+            Contender("rapidsse python", functools.partial(_typed_python, protocol)),
+            Contender("msgspec floor", functools.partial(_msgspec_floor, schema), prepare=_split_payloads),
+            peer,
+        ]
+    if group == GEMINI_ACCUMULATE:
+        tap = functools.partial(_tap_into, "GeminiAccumulator", "response")
+        return [
+            Contender("rapidsse rust, tap (feed bytes)", tap, _RUST),
+            Contender("rapidsse rust, typed events counted", functools.partial(_typed_rust, "gemini"), _RUST),
+            Contender("rapidsse rust, for event in iter_events(): add(event)",
+                      functools.partial(_typed_added, "gemini", "GeminiAccumulator", "response"), _RUST),
+            Contender("rapidsse python, tap", functools.partial(_tap_into_python, "GeminiAccumulator", "response")),
+            Contender("google-genai generate_content_stream, parts joined", _genai_accumulated, _GENAI),
+        ]
+    if group == COMPLETIONS_ACCUMULATE:
+        return [
+            Contender("rapidsse rust, tap (feed bytes)",
+                      functools.partial(_tap_into, "CompletionsAccumulator", "completion"), _RUST),
+            Contender("rapidsse rust, for event in iter_events(): add(event)",
+                      functools.partial(_typed_added, "completions", "CompletionsAccumulator", "completion"), _RUST),
+            Contender("rapidsse python, tap",
+                      functools.partial(_tap_into_python, "CompletionsAccumulator", "completion")),
+            Contender("openai SDK completions.create(stream=True), texts joined", _sdk_completions_joined, _SDK),
+        ]
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 
@@ -677,6 +876,12 @@ def workload(group: str, n_events: int = 3000) -> Workload:
         return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
     if group == TYPED_CHAT:
         data = chat_stream(n_events)
+        return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
+    if group in (TYPED_GEMINI, GEMINI_ACCUMULATE):
+        data = gemini_stream(n_events)
+        return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
+    if group in (TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE):
+        data = completions_stream(n_events)
         return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
     if group == LARGE_EVENT:
         data = large_event_stream()

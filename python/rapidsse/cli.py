@@ -32,10 +32,10 @@ from typing import IO, Any, NoReturn
 
 import msgspec
 
-from . import chat, realtime, responses
+from . import chat, completions, gemini, realtime, responses
 from ._backend import BACKEND
 from ._schema import UnknownEvent
-from .accumulate import RealtimeAccumulator, stream_chat, stream_responses
+from .accumulate import RealtimeAccumulator, stream_chat, stream_completions, stream_gemini, stream_responses
 from .decoding import InvalidEvent, decode_realtime, detect_protocol, iter_events
 from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE
@@ -209,6 +209,56 @@ def describe_completion(completion: chat.ChatCompletion, style: Style) -> list[s
         lines.append(_field("usage", _tokens(
             ("prompt", usage.prompt_tokens), ("cached", cached), ("completion", usage.completion_tokens),
             ("reasoning", reasoning), ("total", usage.total_tokens),
+        )))  # fmt: skip
+    return lines
+
+
+def describe_gemini(response: gemini.GenerateContentResponse, style: Style) -> list[str]:
+    """Lines summarising a Gemini response: model, each candidate (finish reason, thoughts,
+    text, function calls, code and its results) and usage."""
+    lines = [f"{style.bold('gemini response')} {response.response_id or '(no id)'}  model {response.model_version or '?'}"]
+    for candidate in response.candidates or []:
+        lines.append(f"  candidate {candidate.index or 0}  finish: {candidate.finish_reason or '-'}")
+        for part in (candidate.content.parts if candidate.content else None) or []:
+            if part.text is not None and part.thought:
+                lines.append(style.dim(_field("thought", part.text, 4)))
+            elif part.text:
+                lines.append(_field("text", part.text, 4))
+            elif part.function_call is not None:
+                call = part.function_call
+                args = msgspec.json.encode(call.args).decode() if call.args is not None else ""
+                lines.append(_field("function call", style.cyan(f"{call.name}({args})") + style.dim(f"  {call.id or ''}".rstrip()), 4))
+            elif part.executable_code is not None:
+                lines.append(_field("code", style.cyan(part.executable_code.code or ""), 4))
+            elif part.code_execution_result is not None:
+                result = part.code_execution_result
+                lines.append(_field("code result", f"{result.outcome or ''} {result.output or ''}".strip(), 4))
+    if response.prompt_feedback is not None and response.prompt_feedback.block_reason:
+        lines.append(_field("blocked", response.prompt_feedback.block_reason))
+    usage = response.usage_metadata
+    if usage is not None:
+        lines.append(_field("usage", _tokens(
+            ("prompt", usage.prompt_token_count), ("cached", usage.cached_content_token_count),
+            ("candidates", usage.candidates_token_count), ("thoughts", usage.thoughts_token_count),
+            ("tool prompt", usage.tool_use_prompt_token_count), ("total", usage.total_token_count),
+        )))  # fmt: skip
+    return lines
+
+
+def describe_text_completion(completion: completions.Completion, style: Style) -> list[str]:
+    """Lines summarising a (legacy) text completion: model, each choice's finish reason and text,
+    and usage."""
+    lines = [f"{style.bold('text completion')} {completion.id or '(no id)'}  model {completion.model or '?'}"]
+    for choice in completion.choices:
+        lines.append(f"  choice {choice.index}  finish: {choice.finish_reason or '-'}")
+        if choice.text:
+            lines.append(_field("text", choice.text, 4))
+        if choice.logprobs is not None and choice.logprobs.tokens:
+            lines.append(style.dim(_field("logprobs", f"{len(choice.logprobs.tokens):,} tokens", 4)))
+    usage = completion.usage
+    if usage is not None:
+        lines.append(_field("usage", _tokens(
+            ("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens), ("total", usage.total_tokens),
         )))  # fmt: skip
     return lines
 
@@ -561,7 +611,7 @@ def _parse_input(args: argparse.Namespace, name: str, source: _Input) -> int:
             why = "it is empty" if not read else f"no event in its first {read:,} bytes says"
             print(
                 f"rapidsse parse: cannot tell the protocol of {name} ({why}); "
-                "pass --protocol responses|chat|realtime",
+                "pass --protocol responses|chat|gemini|completions|realtime",
                 file=sys.stderr,
             )
             return EXIT_ERROR
@@ -571,12 +621,10 @@ def _parse_input(args: argparse.Namespace, name: str, source: _Input) -> int:
         events: Iterable[Any] = _realtime_events(source.chunks(), args.on_error, args.max_event_size, accumulator)
         result = lambda: accumulator.responses
     else:
-        stream = (stream_responses if protocol == "responses" else stream_chat)(
-            source.chunks(), on_error=args.on_error, max_event_size=args.max_event_size
-        )
+        stream = _STREAMS[protocol](source.chunks(), on_error=args.on_error, max_event_size=args.max_event_size)
         events = stream
         accumulator = stream.accumulator
-        result = (lambda: stream.response) if protocol == "responses" else (lambda: stream.completion)
+        result = (lambda: stream.response) if protocol in ("responses", "gemini") else (lambda: stream.completion)
 
     out = sys.stdout.buffer
     invalid: list[InvalidEvent] = []
@@ -601,6 +649,9 @@ def _parse_input(args: argparse.Namespace, name: str, source: _Input) -> int:
     return EXIT_OK
 
 
+_STREAMS = {"responses": stream_responses, "chat": stream_chat, "gemini": stream_gemini, "completions": stream_completions}
+
+
 def _print_summary(protocol: str, result: Any, accumulator: Any, invalid: list[InvalidEvent]) -> None:
     style = Style(sys.stdout)
     if protocol == "realtime":
@@ -609,10 +660,14 @@ def _print_summary(protocol: str, result: Any, accumulator: Any, invalid: list[I
         lines = []
     elif protocol == "responses":
         lines = describe_response(result, style)
+    elif protocol == "gemini":
+        lines = describe_gemini(result, style)
+    elif protocol == "completions":
+        lines = describe_text_completion(result, style)
     else:
         lines = describe_completion(result, style)
     if not lines:
-        lines = [f"no {'response' if protocol != 'chat' else 'completion'} in the stream"]
+        lines = [f"no {'completion' if protocol in ('chat', 'completions') else 'response'} in the stream"]
     counts = f"{_plural(accumulator.events, 'event')}, {accumulator.unknown_events} not used"
     if invalid:
         counts += f", {len(invalid)} invalid"
@@ -756,7 +811,7 @@ def build_parser() -> argparse.ArgumentParser:
     parse = sub.add_parser(
         "parse",
         help="parse a recorded stream and print the result",
-        description="Parses a recorded stream: SSE bytes (Responses, Chat Completions) or one JSON message "
+        description="Parses a recorded stream: SSE bytes (Responses, Chat Completions, Gemini, Completions) or one JSON message "
         "per line (Realtime). Prints a summary of the final accumulated object, or with --json the object "
         "as JSON, or with --events every typed event as one JSON line. Accumulator warnings go to stderr.",
         epilog=_EPILOG.format(backend=BACKEND),
@@ -764,7 +819,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("file", metavar="FILE", help="the recording; - reads stdin")
     parse.add_argument(
-        "--protocol", choices=("responses", "chat", "realtime"),
+        "--protocol", choices=("responses", "chat", "gemini", "completions", "realtime"),
         help="the stream's protocol (default: detected from the first events)",
     )  # fmt: skip
     output = parse.add_mutually_exclusive_group()

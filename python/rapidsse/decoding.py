@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal, Union
 
 import msgspec
 
-from . import _native, chat, realtime, responses
+from . import _native, chat, completions, gemini, realtime, responses
 from ._backend import core as _backend_core
 from ._pure.framing import Framer
 from ._pure.guard import Exclusive
@@ -44,7 +44,7 @@ __all__ = [
     "iter_realtime",
 ]
 
-Protocol = Literal["responses", "chat"]
+Protocol = Literal["responses", "chat", "gemini", "completions"]
 OnError = Literal["raise", "skip", "keep"]
 _DONE = b"[DONE]"
 
@@ -80,7 +80,13 @@ _SCHEMAS = {
     "responses": _Schema("responses", responses, tagged=True),
     "chat": _Schema("chat", chat, tagged=False),
     "realtime": _Schema("realtime", realtime, tagged=True),
+    "gemini": _Schema("gemini", gemini, tagged=False),
+    "completions": _Schema("completions", completions, tagged=False),
 }
+
+# The protocols of `EventDecoder`, and those whose stream `data: [DONE]` ends.
+_SSE_PROTOCOLS = ("responses", "chat", "gemini", "completions")
+_DONE_PROTOCOLS = frozenset(["chat", "completions"])
 
 
 class _Invalid(Exception):
@@ -237,21 +243,24 @@ class _PyEventCore:
 def _is_error_event(event: Any) -> bool:
     if isinstance(event, (responses.Error, realtime.Error)):
         return True
-    return isinstance(event, chat.ChatCompletionChunk) and event.error is not None
+    chunk_types = (chat.ChatCompletionChunk, gemini.GenerateContentResponse, completions.Completion)
+    return isinstance(event, chunk_types) and event.error is not None
 
 
 class EventDecoder:
-    """Push-style decoder of a Responses or Chat Completions SSE stream into typed events.
+    """Push-style decoder of a Responses, Chat Completions, Gemini or Completions SSE stream into
+    typed events.
 
     ``feed(data) -> list`` takes the next chunk of bytes and returns the typed events it completed
-    (``rapidsse.responses`` / ``rapidsse.chat`` Structs, :class:`UnknownEvent` for unknown types,
-    :class:`InvalidEvent` with ``on_error="keep"``). ``close()`` ends the stream. For Chat, ``data:
-    [DONE]`` ends it: it is not returned, ``done`` becomes true and later input is ignored.
+    (``rapidsse.responses`` / ``rapidsse.chat`` / ``rapidsse.gemini`` / ``rapidsse.completions``
+    Structs, :class:`UnknownEvent` for unknown types, :class:`InvalidEvent` with
+    ``on_error="keep"``). ``close()`` ends the stream. For Chat and Completions, ``data: [DONE]``
+    ends it: it is not returned, ``done`` becomes true and later input is ignored.
 
     ``on_error``: ``"raise"`` (default) raises :class:`DecodeError` for a bad payload, with the
     events decoded before it in that chunk in ``err.events``; ``"skip"`` drops it; ``"keep"`` returns
     it as an :class:`InvalidEvent`. ``raise_on_error_event=True`` raises :class:`StreamError` for an
-    ``error`` event (Responses) or a chunk with an ``error`` object (Chat).
+    ``error`` event (Responses) or a chunk with an ``error`` object (Chat, Gemini, Completions).
 
     >>> dec = EventDecoder("responses")
     >>> dec.feed(b'data: {"type":"response.output_text.delta","delta":"Hi"}\\n\\n')[0].delta
@@ -270,13 +279,16 @@ class EventDecoder:
         max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
         raise_on_error_event: bool = False,
     ) -> None:
-        if protocol not in ("responses", "chat"):
-            raise ValueError(f"protocol must be 'responses' or 'chat', not {protocol!r} (realtime: decode_realtime)")
+        if protocol not in _SSE_PROTOCOLS:
+            raise ValueError(
+                f"protocol must be 'responses', 'chat', 'gemini' or 'completions', not {protocol!r}"
+                " (realtime: decode_realtime)"
+            )
         if on_error not in ("raise", "skip", "keep"):
             raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
         schema = _SCHEMAS[protocol]
         careful = functools.partial(_careful, schema, on_error)
-        done_marker = _DONE if protocol == "chat" else None
+        done_marker = _DONE if protocol in _DONE_PROTOCOLS else None
         native = _backend_core()
         if native is not None:
             known = list(schema.event_types) if schema.tagged else None
@@ -308,7 +320,7 @@ class EventDecoder:
         self._core.reset()
 
     # (An attrgetter, not a Python function: iterators read this after every chunk.)
-    done = property(operator.attrgetter("_core.done"), doc="Whether ``data: [DONE]`` ended the stream (Chat).")
+    done = property(operator.attrgetter("_core.done"), doc="Whether ``data: [DONE]`` ended the stream (Chat, Completions).")
 
     @property
     def last_event_id(self) -> str:
@@ -323,8 +335,9 @@ def _raise_first_error_event(events: list[Any]) -> None:
 
 
 def _finished(decoder: EventDecoder) -> Union[Callable[[], bool], None]:
-    """What tells an iterator to stop reading: ``[DONE]`` (Chat); Responses streams just end."""
-    if decoder.protocol != "chat":
+    """What tells an iterator to stop reading: ``[DONE]`` (Chat, Completions); Responses and
+    Gemini streams just end."""
+    if decoder.protocol not in _DONE_PROTOCOLS:
         return None
     return decoder._core.finished  # the core's own method: called after every chunk
 
@@ -379,8 +392,10 @@ async def aiter_events(
 def detect_protocol(head: bytes) -> str | None:
     """The protocol of a recorded stream from its first bytes: ``"realtime"`` for JSON lines;
     for SSE ``"responses"`` when an event is named ``response.*`` or its JSON has a string
-    ``type``, ``"chat"`` for ``[DONE]`` or JSON with ``choices`` or a ``chat.completion*`` object.
-    None when the bytes tell nothing (yet)."""
+    ``type``, ``"completions"`` for a ``text_completion`` object (or ``choices`` whose first
+    entry has ``text`` and no ``delta``), ``"chat"`` for ``[DONE]`` or JSON with ``choices`` or
+    a ``chat.completion*`` object, ``"gemini"`` for JSON with ``candidates``, ``usageMetadata``,
+    ``promptFeedback`` or ``modelVersion``. None when the bytes tell nothing (yet)."""
     if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
         return "realtime"
     from .framing import SSEDecoder  # the live backend's
@@ -396,11 +411,27 @@ def detect_protocol(head: bytes) -> str | None:
             continue
         if not isinstance(obj, dict):
             continue
+        if _is_completions_chunk(obj):
+            return "completions"
         if "choices" in obj or str(obj.get("object") or "").startswith("chat.completion"):
             return "chat"
+        if "type" not in obj and any(k in obj for k in _GEMINI_KEYS):
+            return "gemini"
         if isinstance(obj.get("type"), str):
             return "responses"
     return None
+
+
+_GEMINI_KEYS = ("candidates", "usageMetadata", "promptFeedback", "modelVersion")
+
+
+def _is_completions_chunk(obj: dict[str, Any]) -> bool:
+    if obj.get("object") == "text_completion":
+        return True
+    choices = obj.get("choices")
+    if obj.get("object") is None and isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return "text" in choices[0] and "delta" not in choices[0]
+    return False
 
 
 # --- Realtime: one JSON message per WebSocket frame ------------------------------------------
@@ -476,8 +507,8 @@ def encode_sse(event: Any) -> bytes:
     """Writes a typed event back as SSE bytes (``event:`` line + ``data:`` line(s) + blank line),
     so that a gateway can re-emit what it parsed; decoding the result gives an equal event.
 
-    Chat chunks are written as ``data:`` only (as servers do; end the stream with
-    ``b"data: [DONE]\\n\\n"``); :class:`UnknownEvent` and :class:`InvalidEvent` write their raw payload;
+    Chat, Completions and Gemini chunks are written as ``data:`` only (as servers do; end a
+    Chat or Completions stream with ``b"data: [DONE]\\n\\n"``); :class:`UnknownEvent` and :class:`InvalidEvent` write their raw payload;
     a :class:`ServerSentEvent` is written with its ``id`` and ``retry``.
 
     A name that holds a line end would split into extra SSE lines (an injected event): such an
@@ -500,7 +531,7 @@ def encode_sse(event: Any) -> bytes:
         return _event_line(event.type) + _data_lines(event.raw)
     if isinstance(event, InvalidEvent):
         return (b"" if event.event == "message" else _event_line(event.event)) + _data_lines(event.raw)
-    if isinstance(event, chat.ChatCompletionChunk):
+    if isinstance(event, (chat.ChatCompletionChunk, gemini.GenerateContentResponse, completions.Completion)):
         return b"data: " + _encode(event) + b"\n\n"
     tag = getattr(event, "type", None)
     if not isinstance(tag, str) or not isinstance(event, msgspec.Struct):

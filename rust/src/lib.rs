@@ -4,7 +4,7 @@
 //! - [`framing`]: bytes in, SSE events out (WHATWG rules, linear time, size cap);
 //! - [`lex`]: a strict JSON lexer, for the typed objects the binding layer builds itself;
 //! - [`scan`]: a cheap look at a JSON payload's top-level `type`, to batch payloads for decoding;
-//! - [`accumulate`]: the final Response / ChatCompletion / Realtime responses built from deltas.
+//! - [`accumulate`]: the final Response / ChatCompletion / Realtime responses / Gemini response / text completion built from deltas.
 //!
 //! The PyO3 binding layer lives in `bindings` and is compiled only with the `python` feature.
 

@@ -45,7 +45,7 @@ from .guard import Exclusive
 
 _encode = msgspec.json.Encoder().encode
 
-__all__ = ["ResponseCore", "ChatCore", "RealtimeCore"]
+__all__ = ["ResponseCore", "ChatCore", "RealtimeCore", "GeminiCore", "CompletionsCore"]
 
 # --------------------------------------------------------------------------------------------
 # Values
@@ -1986,3 +1986,275 @@ class ChatCore(_Core):
 
 def _with_output_key(base: dict, key: str, value: Any) -> dict:
     return {k: (value if k == key else v) for k, v in base.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Gemini and Completions (rust/src/accumulate/gemini.rs, completions.rs)
+
+
+def _typed_reader(strs: frozenset, raws: frozenset) -> Callable[[dict], Any]:
+    """The typed parse of a chunk whose read fields are the strings ``strs`` and the raw
+    fragments ``raws`` (the serde struct of each core): its read fields, or _DATA / _SYNTAX."""
+
+    def typed(top: dict) -> Any:
+        fields: dict = {}
+        for k, v in _entries(top):
+            if type(k) is not str:
+                return _SYNTAX
+            if k in strs:
+                if k in fields:
+                    return _DATA
+                if v is None or type(v) is str:
+                    fields[k] = v
+                else:
+                    return _invalid(v)
+            elif k in raws:
+                if k in fields:
+                    return _DATA
+                if _has_bad_utf8(v):
+                    return _SYNTAX
+                fields[k] = v
+        return fields
+
+    return typed
+
+
+def _index_of(fields: dict) -> int:
+    """``fields.get("index").and_then(Value::as_u64).unwrap_or(0)``."""
+    i = fields.get("index")
+    return i if type(i) is int and i >= 0 else 0
+
+
+def _find_indexed(entries: list[dict], index: int) -> int | None:
+    if index < len(entries) and _index_is(entries[index], index):
+        return index
+    for p, entry in enumerate(entries):
+        if _index_is(entry, index):
+            return p
+    return None
+
+
+_GEMINI_UPDATED = ("usageMetadata", "modelVersion", "responseId", "promptFeedback", "createTime")
+_typed_gemini = _typed_reader(frozenset(), frozenset(("candidates", "error") + _GEMINI_UPDATED))
+
+
+def _text_kind(part: dict) -> bool | None:
+    """Whether a text part is a thought; None when ``part`` is not a text part."""
+    if not isinstance(part.get("text"), _STR_TYPES):
+        return None
+    thought = False
+    for key, value in part.items():
+        if key == "text" or (value is None and key in ("thought", "thoughtSignature")):
+            continue
+        if key == "thought" and type(value) is bool:
+            thought = value
+        elif key == "thoughtSignature" and type(value) is str:
+            continue
+        else:
+            return None
+    return thought
+
+
+def _merge_part(parts: list, part: Any, cap: _TextCap) -> None:
+    if not isinstance(part, dict):
+        parts.append(part)
+        return
+    kind = _text_kind(part)
+    if kind is None:
+        parts.append(part)
+        return
+    last = parts[-1] if parts else None
+    if (
+        isinstance(last, dict)
+        and _text_kind(last) == kind
+        and (last.get("thoughtSignature") is None or part.get("thoughtSignature") is None)
+    ):
+        _append_text(last, "text", part["text"], cap)
+        signature = part.get("thoughtSignature")
+        if signature is not None:
+            last["thoughtSignature"] = signature
+        return
+    if not cap.admits(0, part["text"]):
+        part["text"] = ""
+    parts.append(part)
+
+
+def _merge_content(ours: dict, content: dict, cap: _TextCap) -> None:
+    for key, value in content.items():
+        if key == "parts":
+            if isinstance(value, list):
+                parts = ours.setdefault("parts", [])
+                if isinstance(parts, list):
+                    for part in value:
+                        _merge_part(parts, part, cap)
+        elif value is not None:
+            ours[key] = value
+
+
+class GeminiCore(_Core):
+    """Gemini accumulator core (pure Python)."""
+
+    __slots__ = ("_response", "_candidates")
+
+    def __init__(self, max_event_size: int | None = 16 * 1024 * 1024) -> None:
+        super().__init__(max_event_size)
+        self._response: dict | None = None
+        self._candidates: list[dict] = []
+
+    def _add(self, payload: bytes) -> None:
+        try:
+            tree, chunk = _parse_event(payload, self._events, _typed_gemini)
+        except _Malformed:
+            self._events += 1
+            self._unknown += 1
+            self._warnings.append("gemini: malformed chunk ignored")
+            return
+        self._events += 1
+        error = chunk.get("error")
+        if error is not None:
+            err = _raw_object(error)
+            self._warnings.append(_error_warning(err.get("message") if err is not None else None))
+            self._unknown += 1
+            return
+        response = self._response
+        if response is None:
+            whole = _strict(tree)
+            top = {} if whole is _FAIL else dict(whole)
+            top["candidates"] = None
+            self._response = top
+        else:
+            for key in _GEMINI_UPDATED:
+                value = _raw_value(chunk.get(key))
+                if value is not _ABSENT:
+                    response[key] = value
+        candidates = _raw_value(chunk.get("candidates"))
+        if isinstance(candidates, list):
+            for candidate in candidates:
+                if isinstance(candidate, dict):
+                    self._add_candidate(dict(candidate))
+
+    def _add_candidate(self, fields: dict) -> None:
+        index = _index_of(fields)
+        position = _find_indexed(self._candidates, index)
+        if position is None:
+            candidate: dict = {"content": {}, "index": index}
+            self._candidates.append(candidate)
+        else:
+            candidate = self._candidates[position]
+        content = fields.pop("content", None)
+        for key, value in fields.items():
+            if key != "index" and value is not None:
+                candidate[key] = value
+        ours = candidate.get("content")
+        if isinstance(content, dict) and isinstance(ours, dict):
+            _merge_content(ours, content, self._cap)
+
+    def snapshot_json(self) -> bytes | None:
+        if self._response is None:
+            return None
+        return _dumps(_with_output_key(self._response, "candidates", self._candidates))
+
+
+_typed_completions = _typed_reader(
+    frozenset(["object"]), frozenset(["choices", "usage", "system_fingerprint", "error"])
+)
+_LOGPROB_LISTS = frozenset(["tokens", "token_logprobs", "top_logprobs", "text_offset"])
+
+
+def _merge_logprobs(ours: dict, new: dict) -> None:
+    for key, value in new.items():
+        is_list = key in _LOGPROB_LISTS
+        if value is None:
+            continue
+        if is_list:
+            if isinstance(value, list) and value:
+                current = ours.get(key)
+                if isinstance(current, list):
+                    current.extend(value)
+                else:
+                    ours[key] = value
+        else:
+            ours[key] = value
+
+
+class CompletionsCore(_Core):
+    """Completions accumulator core (pure Python)."""
+
+    __slots__ = ("_completion", "_choices")
+
+    def __init__(self, max_event_size: int | None = 16 * 1024 * 1024) -> None:
+        super().__init__(max_event_size)
+        self._completion: dict | None = None
+        self._choices: list[dict] = []
+
+    def _add(self, payload: bytes) -> None:
+        if _is_done_marker(payload):
+            return
+        try:
+            tree, chunk = _parse_event(payload, self._events, _typed_completions)
+        except _Malformed:
+            self._events += 1
+            self._unknown += 1
+            self._warnings.append("completions: malformed chunk ignored")
+            return
+        self._events += 1
+        error = chunk.get("error")
+        if error is not None:
+            err = _raw_object(error)
+            self._warnings.append(_error_warning(err.get("message") if err is not None else None))
+            self._unknown += 1
+            return
+        obj = chunk.get("object")
+        if obj is not None and obj != "text_completion":
+            self._unknown += 1
+            return
+        completion = self._completion
+        if completion is None:
+            whole = _strict(tree)
+            top = {} if whole is _FAIL else dict(whole)
+            top["choices"] = None
+            top["object"] = "text_completion"
+            for key, default in (("id", ""), ("created", 0), ("model", "")):
+                top.setdefault(key, default)
+            self._completion = top
+        else:
+            for key in ("usage", "system_fingerprint"):
+                value = _raw_value(chunk.get(key))
+                if value is not _ABSENT:
+                    completion[key] = value
+        choices = _raw_value(chunk.get("choices"))
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict):
+                    self._add_choice(choice)
+
+    def _add_choice(self, fields: dict) -> None:
+        index = _index_of(fields)
+        position = _find_indexed(self._choices, index)
+        if position is None:
+            choice: dict = {"index": index, "text": "", "logprobs": None, "finish_reason": None}
+            self._choices.append(choice)
+        else:
+            choice = self._choices[position]
+        for key, value in fields.items():
+            if key == "index" or value is None:
+                continue
+            if key == "text":
+                if type(value) is str:
+                    _append_text(choice, "text", value, self._cap)
+            elif key == "logprobs":
+                if isinstance(value, dict):
+                    ours = choice.get("logprobs")
+                    if isinstance(ours, dict):
+                        _merge_logprobs(ours, value)
+                    else:
+                        choice["logprobs"] = value
+            elif key == "finish_reason" and type(value) is str and value == "":
+                continue
+            else:
+                choice[key] = value
+
+    def snapshot_json(self) -> bytes | None:
+        if self._completion is None:
+            return None
+        return _dumps(_with_output_key(self._completion, "choices", self._choices))

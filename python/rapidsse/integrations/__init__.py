@@ -56,8 +56,17 @@ def expect_event_stream(content_type: str | None, status_code: int, response: An
 
 
 def protocol_for_path(path: str) -> str:
-    """``"chat"`` for a Chat Completions endpoint (``.../chat/completions``), else ``"responses"``."""
-    return "chat" if path.rstrip("/").endswith("/chat/completions") else "responses"
+    """``"chat"`` for a Chat Completions endpoint (``.../chat/completions``), ``"completions"``
+    for the legacy one (``.../completions``), ``"gemini"`` for ``...:streamGenerateContent``,
+    else ``"responses"``."""
+    path = path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat"
+    if path.endswith("/completions"):
+        return "completions"
+    if path.endswith(":streamGenerateContent"):
+        return "gemini"
+    return "responses"
 
 
 def to_builtins(obj: Any) -> Any:

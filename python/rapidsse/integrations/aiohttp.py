@@ -11,7 +11,7 @@
 
 Both functions read ``response.content.iter_any()`` (each chunk as it arrives, no line splitting by
 aiohttp), check the content type first (:class:`~rapidsse.integrations.SSEContentTypeError`) and take
-the protocol from the request path (``.../chat/completions``: Chat, else Responses) unless given.
+the protocol from the request path (see :func:`rapidsse.integrations.protocol_for_path`) unless given.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@
 no-store`` (unless given other values). Reading events checks the response's content type first and
 raises :class:`~rapidsse.integrations.SSEContentTypeError` when it is not an event stream (check
 ``source.response.status_code`` first to handle error replies your own way). The protocol is taken
-from the request path (``.../chat/completions``: Chat, else Responses) unless given.
+from the request path (``.../chat/completions``: Chat, ``.../completions``: Completions,
+``...:streamGenerateContent``: Gemini, else Responses) unless given.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from ..accumulate import EventStream, astream_chat, astream_responses, stream_chat, stream_responses
+from ..accumulate import EventStream, stream_chat, stream_completions, stream_gemini, stream_responses
 from ..decoding import aiter_events, iter_events
 from ..framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, aiter_sse, iter_sse
 from . import SSEContentTypeError, expect_event_stream, protocol_for_path
@@ -64,15 +65,15 @@ class EventSource:
         return iter_sse(self.response.iter_bytes(), max_event_size=max_event_size)
 
     def iter_events(self, protocol: str | None = None, **kwargs: Any) -> Iterator[Any]:
-        """The typed events (``protocol``: ``"responses"`` or ``"chat"``; default from the URL)."""
+        """The typed events (``protocol``: ``"responses"``, ``"chat"``, ``"gemini"`` or
+        ``"completions"``; default from the URL, see :func:`protocol_for_path`)."""
         self._check()
         return iter_events(self.response.iter_bytes(), self._protocol(protocol), **kwargs)  # type: ignore[arg-type]
 
     def stream(self, protocol: str | None = None, **kwargs: Any) -> EventStream[Any]:
         """Typed events accumulated as they pass (``.response`` / ``.completion`` after the loop)."""
         self._check()
-        start = stream_chat if self._protocol(protocol) == "chat" else stream_responses
-        return start(self.response.iter_bytes(), **kwargs)
+        return _STREAMS.get(self._protocol(protocol), stream_responses)(self.response.iter_bytes(), **kwargs)
 
     def aiter_sse(self, *, max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE) -> AsyncIterator[ServerSentEvent]:
         """Async twin of :meth:`iter_sse`."""
@@ -87,8 +88,12 @@ class EventSource:
     def astream(self, protocol: str | None = None, **kwargs: Any) -> EventStream[Any]:
         """Async twin of :meth:`stream` (``async for event in source.astream()``)."""
         self._check()
-        start = astream_chat if self._protocol(protocol) == "chat" else astream_responses
-        return start(self.response.aiter_bytes(), **kwargs)
+        # (an EventStream iterates sync and async sources alike: astream_chat is stream_chat)
+        start = _STREAMS.get(self._protocol(protocol), stream_responses)
+        return start(self.response.aiter_bytes(), **kwargs)  # type: ignore[arg-type]
+
+
+_STREAMS = {"chat": stream_chat, "gemini": stream_gemini, "completions": stream_completions}
 
 
 def _sse_headers(headers: Any) -> httpx.Headers:

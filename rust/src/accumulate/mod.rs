@@ -2,7 +2,9 @@
 //!
 //! - [`ResponseAccumulator`]: Responses API events -> a `Response` object;
 //! - [`ChatAccumulator`]: Chat Completions chunks -> a `ChatCompletion` object;
-//! - [`RealtimeAccumulator`]: Realtime server events -> `{response_id: realtime response}`.
+//! - [`RealtimeAccumulator`]: Realtime server events -> `{response_id: realtime response}`;
+//! - [`GeminiAccumulator`]: Gemini `GenerateContentResponse` chunks -> one `GenerateContentResponse`;
+//! - [`CompletionsAccumulator`]: legacy Completions chunks -> one `text_completion`.
 //!
 //! Each takes one event's JSON payload per [`add_json`](ResponseAccumulator::add_json) call
 //! (the SSE `data`, or one WebSocket message) and hands back the object built so far as
@@ -52,7 +54,9 @@ use serde_json::{Map, Value};
 use crate::framing::{Framer, RawEvent, Sink, Wholes};
 
 mod chat;
+mod completions;
 mod fast;
+mod gemini;
 mod json;
 pub use json::Step;
 #[cfg(test)]
@@ -62,6 +66,8 @@ mod realtime;
 mod responses;
 
 pub use chat::ChatAccumulator;
+pub use completions::CompletionsAccumulator;
+pub use gemini::GeminiAccumulator;
 pub use realtime::RealtimeAccumulator;
 pub use responses::text_field;
 pub use responses::ResponseAccumulator;
@@ -166,6 +172,8 @@ impl_accumulate!(
 );
 impl_accumulate!(ChatAccumulator);
 impl_accumulate!(RealtimeAccumulator);
+impl_accumulate!(GeminiAccumulator);
+impl_accumulate!(CompletionsAccumulator);
 
 /// A payload an accumulator refused while tapping (see [`Tap`]).
 #[derive(Debug)]

@@ -10,8 +10,8 @@ use super::framing::framing_error;
 use super::structs::{exact_str, optional_index, to_value, ClassSlots, Slot};
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
-    text_field, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
-    ResponseAccumulator, StreamEvent, Tap, TextEvent,
+    text_field, Accumulate, AccumulateError, ChatAccumulator, CompletionsAccumulator,
+    GeminiAccumulator, RealtimeAccumulator, ResponseAccumulator, StreamEvent, Tap, TextEvent,
 };
 use crate::framing::Framer;
 
@@ -96,6 +96,8 @@ trait AddTyped: Accumulate + Sized {
 
 impl AddTyped for ChatAccumulator {}
 impl AddTyped for RealtimeAccumulator {}
+impl AddTyped for GeminiAccumulator {}
+impl AddTyped for CompletionsAccumulator {}
 
 impl AddTyped for ResponseAccumulator {
     /// Text deltas, the bulk of a stream, and the `.done` events that end them are read field
@@ -605,4 +607,10 @@ accumulator_core!(
     RealtimeCore,
     RealtimeAccumulator,
     "Realtime accumulator core."
+);
+accumulator_core!(GeminiCore, GeminiAccumulator, "Gemini accumulator core.");
+accumulator_core!(
+    CompletionsCore,
+    CompletionsAccumulator,
+    "Completions accumulator core."
 );
