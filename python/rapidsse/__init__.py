@@ -21,6 +21,7 @@ from .decoding import (
     iter_realtime,
 )
 from .accumulate import (
+    AnthropicAccumulator,
     ChatAccumulator,
     EventStream,
     RealtimeAccumulator,
@@ -30,10 +31,12 @@ from .accumulate import (
     stream_chat,
     stream_responses,
 )
-from . import chat, realtime, responses
+from . import anthropic, chat, realtime, responses
 
 __all__ = [
     "BACKEND",
+    "AnthropicAccumulator",
+    "anthropic",
     "ChatAccumulator",
     "EventStream",
     "RealtimeAccumulator",

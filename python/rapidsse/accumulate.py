@@ -25,7 +25,7 @@ from typing import Any, Callable, Generic, TypeVar, Union
 
 import msgspec
 
-from . import chat, realtime, responses
+from . import anthropic, chat, realtime, responses
 from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
 from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _check_size, _chunks, _finished
@@ -33,6 +33,7 @@ from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
 
 __all__ = [
+    "AnthropicAccumulator",
     "ChatAccumulator",
     "EventStream",
     "RealtimeAccumulator",
@@ -282,6 +283,34 @@ class ChatAccumulator(_SSEAccumulator[chat.ChatCompletion]):
     @property
     def completion(self) -> Union[chat.ChatCompletion, None]:
         """A snapshot of everything so far (None before the first chunk)."""
+        return self._snapshot()
+
+
+class AnthropicAccumulator(_SSEAccumulator[anthropic.Message]):
+    """Builds the final :class:`rapidsse.anthropic.Message` of an Anthropic Messages stream, as
+    the anthropic SDK's ``messages.stream(...).get_final_message()`` does (its beta client for
+    beta blocks), keeping the fields its models drop: blocks in order with their text, thinking
+    and signature, citations appended, tool inputs parsed from their streamed JSON (partially,
+    with jiter's partial mode, when the stream stops mid-JSON), unknown block types as they
+    came; stop reason and details from ``message_delta``, whose usage updates the message's
+    key by key. ``warnings`` records server ``error`` events, deltas without their block, tool
+    input that does not parse and events before ``message_start``.
+
+    >>> acc = AnthropicAccumulator()
+    >>> acc.feed(b'event: message_start\\ndata: {"type":"message_start","message":{"id":"m","content":[]}}\\n\\n')
+    >>> acc.feed(b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\\n\\n')
+    >>> acc.feed(b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\\n\\n')
+    >>> acc.message.content[0].text
+    'Hi'
+    """
+
+    __slots__ = ()
+    _core_name = "AnthropicCore"
+    _snapshot_type = anthropic.Message
+
+    @property
+    def message(self) -> Union[anthropic.Message, None]:
+        """A snapshot of everything so far (None before ``message_start`` or an event implying it)."""
         return self._snapshot()
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal, Union
 
 import msgspec
 
-from . import _native, chat, realtime, responses
+from . import _native, anthropic, chat, realtime, responses
 from ._backend import core as _backend_core
 from ._pure.framing import Framer
 from ._pure.guard import Exclusive
@@ -44,7 +44,7 @@ __all__ = [
     "iter_realtime",
 ]
 
-Protocol = Literal["responses", "chat"]
+Protocol = Literal["responses", "chat", "anthropic"]
 OnError = Literal["raise", "skip", "keep"]
 _DONE = b"[DONE]"
 
@@ -80,6 +80,7 @@ _SCHEMAS = {
     "responses": _Schema("responses", responses, tagged=True),
     "chat": _Schema("chat", chat, tagged=False),
     "realtime": _Schema("realtime", realtime, tagged=True),
+    "anthropic": _Schema("anthropic", anthropic, tagged=True),
 }
 
 
@@ -235,23 +236,24 @@ class _PyEventCore:
 
 
 def _is_error_event(event: Any) -> bool:
-    if isinstance(event, (responses.Error, realtime.Error)):
+    if isinstance(event, (responses.Error, realtime.Error, anthropic.Error)):
         return True
     return isinstance(event, chat.ChatCompletionChunk) and event.error is not None
 
 
 class EventDecoder:
-    """Push-style decoder of a Responses or Chat Completions SSE stream into typed events.
+    """Push-style decoder of a Responses, Chat Completions or Anthropic Messages SSE stream into
+    typed events.
 
     ``feed(data) -> list`` takes the next chunk of bytes and returns the typed events it completed
-    (``rapidsse.responses`` / ``rapidsse.chat`` Structs, :class:`UnknownEvent` for unknown types,
+    (``rapidsse.responses`` / ``rapidsse.chat`` / ``rapidsse.anthropic`` Structs, :class:`UnknownEvent` for unknown types,
     :class:`InvalidEvent` with ``on_error="keep"``). ``close()`` ends the stream. For Chat, ``data:
     [DONE]`` ends it: it is not returned, ``done`` becomes true and later input is ignored.
 
     ``on_error``: ``"raise"`` (default) raises :class:`DecodeError` for a bad payload, with the
     events decoded before it in that chunk in ``err.events``; ``"skip"`` drops it; ``"keep"`` returns
     it as an :class:`InvalidEvent`. ``raise_on_error_event=True`` raises :class:`StreamError` for an
-    ``error`` event (Responses) or a chunk with an ``error`` object (Chat).
+    ``error`` event (Responses, Anthropic) or a chunk with an ``error`` object (Chat).
 
     >>> dec = EventDecoder("responses")
     >>> dec.feed(b'data: {"type":"response.output_text.delta","delta":"Hi"}\\n\\n')[0].delta
@@ -270,8 +272,10 @@ class EventDecoder:
         max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
         raise_on_error_event: bool = False,
     ) -> None:
-        if protocol not in ("responses", "chat"):
-            raise ValueError(f"protocol must be 'responses' or 'chat', not {protocol!r} (realtime: decode_realtime)")
+        if protocol not in ("responses", "chat", "anthropic"):
+            raise ValueError(
+                f"protocol must be 'responses', 'chat' or 'anthropic', not {protocol!r} (realtime: decode_realtime)"
+            )
         if on_error not in ("raise", "skip", "keep"):
             raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
         schema = _SCHEMAS[protocol]
@@ -376,16 +380,24 @@ async def aiter_events(
     decoder.close()
 
 
+# Anthropic event types no other protocol uses (``ping`` and ``error`` tell nothing).
+_ANTHROPIC_ONLY = frozenset(anthropic.EVENT_TYPES) - {"ping", "error"}
+
+
 def detect_protocol(head: bytes) -> str | None:
     """The protocol of a recorded stream from its first bytes: ``"realtime"`` for JSON lines;
-    for SSE ``"responses"`` when an event is named ``response.*`` or its JSON has a string
-    ``type``, ``"chat"`` for ``[DONE]`` or JSON with ``choices`` or a ``chat.completion*`` object.
+    for SSE ``"anthropic"`` when an event is named (or typed) ``message_start``, ``content_block_*``,
+    ``message_delta`` or ``message_stop``, ``"responses"`` when an event is named ``response.*`` or
+    its JSON has another string ``type``, ``"chat"`` for ``[DONE]`` or JSON with ``choices`` or a
+    ``chat.completion*`` object.
     None when the bytes tell nothing (yet)."""
     if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
         return "realtime"
     from .framing import SSEDecoder  # the live backend's
 
     for event in SSEDecoder(None).feed(head):
+        if event.event in _ANTHROPIC_ONLY:
+            return "anthropic"
         if event.event.startswith("response."):
             return "responses"
         if event.data == "[DONE]":
@@ -398,6 +410,8 @@ def detect_protocol(head: bytes) -> str | None:
             continue
         if "choices" in obj or str(obj.get("object") or "").startswith("chat.completion"):
             return "chat"
+        if obj.get("type") in _ANTHROPIC_ONLY:
+            return "anthropic"
         if isinstance(obj.get("type"), str):
             return "responses"
     return None

@@ -2,7 +2,8 @@
 //!
 //! - [`ResponseAccumulator`]: Responses API events -> a `Response` object;
 //! - [`ChatAccumulator`]: Chat Completions chunks -> a `ChatCompletion` object;
-//! - [`RealtimeAccumulator`]: Realtime server events -> `{response_id: realtime response}`.
+//! - [`RealtimeAccumulator`]: Realtime server events -> `{response_id: realtime response}`;
+//! - [`AnthropicAccumulator`]: Anthropic Messages events -> a `Message` object.
 //!
 //! Each takes one event's JSON payload per [`add_json`](ResponseAccumulator::add_json) call
 //! (the SSE `data`, or one WebSocket message) and hands back the object built so far as
@@ -51,6 +52,7 @@ use serde_json::{Map, Value};
 
 use crate::framing::{Framer, RawEvent, Sink, Wholes};
 
+mod anthropic;
 mod chat;
 mod fast;
 mod json;
@@ -61,6 +63,7 @@ pub(crate) use fast::Shape;
 mod realtime;
 mod responses;
 
+pub use anthropic::AnthropicAccumulator;
 pub use chat::ChatAccumulator;
 pub use realtime::RealtimeAccumulator;
 pub use responses::text_field;
@@ -166,6 +169,7 @@ impl_accumulate!(
 );
 impl_accumulate!(ChatAccumulator);
 impl_accumulate!(RealtimeAccumulator);
+impl_accumulate!(AnthropicAccumulator);
 
 /// A payload an accumulator refused while tapping (see [`Tap`]).
 #[derive(Debug)]

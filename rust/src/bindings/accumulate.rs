@@ -10,8 +10,8 @@ use super::framing::framing_error;
 use super::structs::{exact_str, optional_index, to_value, ClassSlots, Slot};
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
-    text_field, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
-    ResponseAccumulator, StreamEvent, Tap, TextEvent,
+    text_field, Accumulate, AccumulateError, AnthropicAccumulator, ChatAccumulator,
+    RealtimeAccumulator, ResponseAccumulator, StreamEvent, Tap, TextEvent,
 };
 use crate::framing::Framer;
 
@@ -96,6 +96,7 @@ trait AddTyped: Accumulate + Sized {
 
 impl AddTyped for ChatAccumulator {}
 impl AddTyped for RealtimeAccumulator {}
+impl AddTyped for AnthropicAccumulator {}
 
 impl AddTyped for ResponseAccumulator {
     /// Text deltas, the bulk of a stream, and the `.done` events that end them are read field
@@ -605,4 +606,9 @@ accumulator_core!(
     RealtimeCore,
     RealtimeAccumulator,
     "Realtime accumulator core."
+);
+accumulator_core!(
+    AnthropicCore,
+    AnthropicAccumulator,
+    "Anthropic Messages accumulator core."
 );

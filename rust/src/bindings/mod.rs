@@ -91,6 +91,7 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<accumulate::ResponseCore>()?;
     m.add_class::<accumulate::ChatCore>()?;
     m.add_class::<accumulate::RealtimeCore>()?;
+    m.add_class::<accumulate::AnthropicCore>()?;
     m.add_function(wrap_pyfunction!(structs::_struct_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
