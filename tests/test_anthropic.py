@@ -49,9 +49,7 @@ def raw_snapshot(acc) -> dict:
 
 def sdk_final_message(data: bytes, beta: bool):
     anthropic_sdk = pytest.importorskip("anthropic")
-    # the HTTP client package the SDK is built on (httpx, or httpx2 in its newer releases)
-    httpx = pytest.importorskip("httpx2") if hasattr(anthropic_sdk, "_base_client") and "httpx2" in open(
-        anthropic_sdk._base_client.__file__, encoding="utf-8").read() else pytest.importorskip("httpx")
+    httpx = sdk_httpx(anthropic_sdk)
 
     def handler(request):
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=data)
@@ -466,3 +464,76 @@ def test_backends_agree_on_generated_events(data):
     for n, payload in enumerate(events):
         assert py.add_json(payload) == rust.add_json(payload), (n, payload)
         assert core_state(py) == core_state(rust), (n, payload)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line and the SDK integration
+
+
+def test_parse_summarises_an_anthropic_stream():
+    from .test_cli import run
+
+    path = next(p for p in RECORDINGS if "tool_use_response" in p.name)
+    proc = run("parse", path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "message msg_019Q1hrJbZG26Fb9BQhrkHEr  model claude-sonnet-4-20250514  stop: tool_use"
+    assert lines[1] == "  text: I'll check the current weather in Paris for you."
+    assert lines[2].startswith('  tool call: get_weather({"location": "Paris')
+    assert lines[-1].startswith("anthropic stream: ")
+    proc = run("parse", "--json", path)
+    assert json.loads(proc.stdout)["content"][1]["input"] == tapped(path.read_bytes()).message.content[1].input
+
+
+def sdk_client(data: bytes, status: int = 200, content_type: str = "text/event-stream"):
+    anthropic_sdk = pytest.importorskip("anthropic")
+    httpx = sdk_httpx(anthropic_sdk)
+
+    def handler(request):
+        return httpx.Response(status, headers={"content-type": content_type}, content=data)
+
+    return anthropic_sdk.Anthropic(
+        api_key="test", max_retries=0, http_client=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+
+
+def sdk_httpx(anthropic_sdk):
+    """The HTTP client package the SDK is built on (httpx, or httpx2 in its newer releases)."""
+    source = open(anthropic_sdk._base_client.__file__, encoding="utf-8").read()
+    return pytest.importorskip("httpx2" if "import httpx2" in source else "httpx")
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name)
+def test_iter_events_from_anthropic_and_to_anthropic_message(path):
+    from rapidsse.integrations.anthropic import iter_events_from_anthropic, to_anthropic_message
+
+    data = path.read_bytes()
+    client = sdk_client(data)
+    beta = bool(block_types(data) & BETA_ONLY)
+    messages = client.beta.messages if beta else client.messages
+    body = dict(model="claude", max_tokens=16, messages=[{"role": "user", "content": "hi"}], stream=True)
+    with messages.with_streaming_response.create(**body) as raw:
+        events = list(iter_events_from_anthropic(raw))
+    assert events == list(rapidsse.iter_events([data], protocol="anthropic"))
+    acc = rapidsse.AnthropicAccumulator()
+    for event in events:
+        acc.add(event)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        converted = to_anthropic_message(acc.message, beta=beta).to_dict()
+        sdk = sdk_final_message(data, beta).to_dict()
+    assert mismatches(known_only(sdk, converted), converted) == []
+
+
+def test_iter_events_from_anthropic_refuses_an_error_reply():
+    from rapidsse.integrations import SSEContentTypeError
+    from rapidsse.integrations.anthropic import iter_events_from_anthropic
+
+    client = sdk_client(b'{"type":"error"}', status=200, content_type="application/json")
+    with client.messages.with_streaming_response.create(
+        model="claude", max_tokens=16, messages=[{"role": "user", "content": "hi"}], stream=True
+    ) as raw:
+        with pytest.raises(SSEContentTypeError):
+            list(iter_events_from_anthropic(raw))
+    with pytest.raises(TypeError):
+        iter_events_from_anthropic(object())

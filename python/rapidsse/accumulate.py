@@ -338,11 +338,12 @@ class RealtimeAccumulator(_Accumulator[dict]):
 
 class EventStream(Generic[T]):
     """Typed events of a stream, accumulated as they pass: iterate it for the events and read
-    :attr:`response` (Responses) / :attr:`completion` (Chat) at any time, e.g. after the loop.
+    :attr:`response` (Responses) / :attr:`completion` (Chat) / :attr:`message` (Anthropic) at
+    any time, e.g. after the loop.
 
     Responses streams: each typed event is handed to the accumulator's :meth:`add` (which reads
-    text events field by field and walks the others, no re-encoding). Chat streams: the
-    accumulator taps the same bytes the decoder reads (a chunk's JSON is cheaper to read than its
+    text events field by field and walks the others, no re-encoding). Chat and Anthropic
+    streams: the accumulator taps the same bytes the decoder reads (a chunk's JSON is cheaper to read than its
     typed object).
     """
 
@@ -351,7 +352,7 @@ class EventStream(Generic[T]):
         self._source = source
         self._decoder = EventDecoder(protocol, on_error=on_error, max_event_size=max_event_size,  # type: ignore[arg-type]
                                      raise_on_error_event=raise_on_error_event)
-        acc_type = ResponseAccumulator if protocol == "responses" else ChatAccumulator
+        acc_type = {"responses": ResponseAccumulator, "chat": ChatAccumulator, "anthropic": AnthropicAccumulator}[protocol]
         self.accumulator: Any = acc_type(on_error="skip", max_event_size=max_event_size)
         self._step = self._step_adding if protocol == "responses" else self._step_tapping
 
@@ -419,6 +420,11 @@ class EventStream(Generic[T]):
     def completion(self) -> Any:
         """The ChatCompletion built so far (Chat streams)."""
         return self.accumulator.completion
+
+    @property
+    def message(self) -> Any:
+        """The Message built so far (Anthropic streams)."""
+        return self.accumulator.message
 
     @property
     def warnings(self) -> list[str]:
