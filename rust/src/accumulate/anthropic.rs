@@ -44,9 +44,13 @@
 //!   (`{"type": "__unknown__", "original_type": ..., "data": {...}}`, what a typed
 //!   `UnknownVariant` encodes to) is read as its `data`.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use crate::lex::Lexer;
 
 use super::{
     append_text, error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError,
@@ -76,7 +80,7 @@ struct Event<'a> {
 }
 
 /// The fields of a content block delta that are read.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct BlockDelta<'a> {
     #[serde(borrow, rename = "type")]
     kind: Option<Str<'a>>,
@@ -136,6 +140,8 @@ pub struct AnthropicAccumulator {
     unknown_events: u64,
     events: u64,
     cap: TextCap,
+    /// Unescaped text of the quick path ([`quick_delta`]).
+    scratch: Vec<u8>,
 }
 
 impl Default for AnthropicAccumulator {
@@ -161,11 +167,20 @@ impl AnthropicAccumulator {
             unknown_events: 0,
             events: 0,
             cap: TextCap::new(limit),
+            scratch: Vec::new(),
         }
     }
 
     /// One event's JSON payload (the SSE `data`).
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if let Some((index, delta)) = quick_delta(payload, &mut scratch) {
+            self.events += 1;
+            self.apply_delta(index, delta);
+            self.scratch = scratch;
+            return self.cap.check(self.events - 1);
+        }
+        self.scratch = scratch;
         if is_done_marker(payload) {
             return Ok(());
         }
@@ -284,8 +299,12 @@ impl AnthropicAccumulator {
                 return;
             }
         }
+        self.apply_delta(event.index.unwrap_or(0), delta);
+    }
+
+    /// A delta of a known or unknown type (not a wrapper) on the block at `index`.
+    fn apply_delta(&mut self, index: u64, delta: BlockDelta<'_>) {
         self.message_for("content_block_delta");
-        let index = event.index.unwrap_or(0);
         let Some(block) = self.blocks.get_mut(index as usize) else {
             self.warnings.push(format!(
                 "content_block_delta: no content block at index {index}"
@@ -496,6 +515,78 @@ impl Block {
     }
 }
 
+/// What a text, thinking or input JSON delta starts with, after its block index.
+const QUICK_DELTAS: [(&[u8], QuickKind); 3] = [
+    (br#","delta":{"type":"text_delta","text":"#, QuickKind::Text),
+    (
+        br#","delta":{"type":"thinking_delta","thinking":"#,
+        QuickKind::Thinking,
+    ),
+    (
+        br#","delta":{"type":"input_json_delta","partial_json":"#,
+        QuickKind::InputJson,
+    ),
+];
+
+#[derive(Clone, Copy)]
+enum QuickKind {
+    Text,
+    Thinking,
+    InputJson,
+}
+
+/// The quick path for the bulk of a stream: a `content_block_delta` payload written exactly
+/// as Anthropic writes it (`{"type":"content_block_delta","index":N,"delta":{"type":
+/// "text_delta","text":"..."}}`, or a thinking or input JSON delta, whitespace allowed only
+/// after the delta) read without serde: its index and delta, or None for anything else (then
+/// read the general way). It takes only what serde would read the same way: an index of
+/// digits within `u64`, a string the lexer validates (escapes, no control characters, no lone
+/// surrogate, UTF-8), and nothing after the closing braces but whitespace.
+fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, BlockDelta<'s>)> {
+    const HEAD: &[u8] = br#"{"type":"content_block_delta","index":"#;
+    let rest = payload.strip_prefix(HEAD)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || (digits > 1 && rest[0] == b'0') {
+        return None;
+    }
+    let mut index: u64 = 0;
+    for &d in &rest[..digits] {
+        index = index.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    let rest = &rest[digits..];
+    let (head, kind) = QUICK_DELTAS
+        .iter()
+        .find(|(head, _)| rest.starts_with(head))?;
+    let mut lx = Lexer::new(payload);
+    lx.seek(HEAD.len() + digits + head.len()); // before the string (its quote)
+    let text = lx.string(scratch)?;
+    if !(lx.eat(b'}') && lx.eat(b'}') && lx.at_end()) {
+        return None;
+    }
+    let text = if text.ascii {
+        // SAFETY: ASCII is UTF-8.
+        unsafe { std::str::from_utf8_unchecked(text.bytes) }
+    } else {
+        std::str::from_utf8(text.bytes).ok()?
+    };
+    let text = Some(Str(Cow::Borrowed(text)));
+    let kind_name = match kind {
+        QuickKind::Text => "text_delta",
+        QuickKind::Thinking => "thinking_delta",
+        QuickKind::InputJson => "input_json_delta",
+    };
+    let mut delta = BlockDelta {
+        kind: Some(Str(Cow::Borrowed(kind_name))),
+        ..BlockDelta::default()
+    };
+    match kind {
+        QuickKind::Text => delta.text = text,
+        QuickKind::Thinking => delta.thinking = text,
+        QuickKind::InputJson => delta.partial_json = text,
+    }
+    Some((index, delta))
+}
+
 /// A typed `UnknownVariant`'s encoding (`{"type": "__unknown__", "data": {...}}`) as its data.
 fn unwrap_unknown(value: Value) -> Value {
     match value {
@@ -588,6 +679,97 @@ mod tests {
             }
             assert!(acc.warnings().is_empty(), "{:?}", acc.warnings());
         }
+    }
+
+    #[test]
+    fn the_quick_path_reads_what_serde_reads() {
+        let mut scratch = Vec::new();
+        let cases: [(&str, Option<(u64, &str)>); 12] = [
+            (
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+                Some((0, "Hi")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":12,"delta":{"type":"text_delta","text":"a\nb\u00e9"}}  "#,
+                Some((12, "a\nb\u{e9}")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"é"} }"#,
+                Some((1, "é")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}}"#,
+                Some((1, "{\"a\"")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":01,"delta":{"type":"text_delta","text":"x"}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":18446744073709551616,"delta":{"type":"text_delta","text":"x"}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"\ud800"}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x","more":1}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"},"index":2}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"}}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1.0,"delta":{"type":"text_delta","text":"x"}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"x"}}"#,
+                None,
+            ),
+        ];
+        for (payload, want) in cases {
+            let got = quick_delta(payload.as_bytes(), &mut scratch).map(|(index, d)| {
+                let text = d
+                    .text
+                    .or(d.thinking)
+                    .or(d.partial_json)
+                    .unwrap()
+                    .0
+                    .into_owned();
+                (index, text)
+            });
+            assert_eq!(got, want.map(|(i, t)| (i, t.to_owned())), "{payload}");
+        }
+        // On the corpus, every payload it takes gives the message the general path gives.
+        let mut taken = 0;
+        for lines in corpus_lines("anthropic") {
+            let mut quick = AnthropicAccumulator::new();
+            let mut general = AnthropicAccumulator::new();
+            for line in lines.iter().filter(|l| l.starts_with('{')) {
+                taken += usize::from(quick_delta(line.as_bytes(), &mut scratch).is_some());
+                quick.add_json(line.as_bytes()).unwrap();
+                let event: Event<'_> = serde_json::from_str(line).unwrap();
+                general.events += 1;
+                match event.kind.as_ref().map(|k| &*k.0) {
+                    Some("content_block_delta") => general.block_delta(&event),
+                    _ => {
+                        general.events -= 1;
+                        general.add_json(line.as_bytes()).unwrap();
+                    }
+                }
+            }
+            assert_eq!(quick.snapshot_json(), general.snapshot_json());
+            assert_eq!(quick.warnings(), general.warnings());
+            assert_eq!(quick.unknown_events(), general.unknown_events());
+        }
+        assert!(taken > 400, "{taken}");
     }
 
     #[test]
