@@ -537,3 +537,69 @@ def test_iter_events_from_anthropic_refuses_an_error_reply():
             list(iter_events_from_anthropic(raw))
     with pytest.raises(TypeError):
         iter_events_from_anthropic(object())
+
+
+# ---------------------------------------------------------------------------------------------
+# The Struct builder (Rust backend) on the nested tagged unions of these schemas
+
+
+def native_check(batch: list[bytes]) -> int:
+    """Every payload the builder builds equals msgspec's (same classes, same field types);
+    where msgspec refuses one, the builder declines it. Returns how many were built."""
+    from rapidsse import _native
+
+    from .test_native import deep_same
+
+    built_schema = _native.native_schema(native, anthropic.Event, tagged_unions=True)
+    decode = msgspec.json.Decoder(anthropic.Event).decode
+    built = 0
+    for payload, ours in zip(batch, built_schema.decode_each(batch)):
+        try:
+            theirs = decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            assert ours is None, payload
+            continue
+        if ours is not None:
+            built += 1
+            deep_same(ours, theirs)
+            assert msgspec.json.encode(ours) == msgspec.json.encode(theirs)
+    return built
+
+
+needs_builder = pytest.mark.skipif(
+    rapidsse.BACKEND != "rust" or native is None, reason="the Struct builder is the Rust backend's"
+)
+
+
+@needs_builder
+def test_builder_builds_the_corpus_events_as_msgspec_does():
+    batch = [p for path in RECORDINGS for p in payloads(path.read_bytes())]
+    built = native_check(batch)
+    deltas = sum(b'"content_block_delta"' in p for p in batch)
+    assert built >= deltas, (built, deltas, len(batch))
+
+
+@needs_builder
+def test_builder_declines_what_it_must():
+    batch = [
+        b'{"type":"content_block_delta","index":0,"delta":{"text":"x","type":"text_delta"}}',  # tag not first
+        b'{"type":"content_block_delta","index":0,"delta":{"type":"sparkle_delta"}}',  # unknown tag
+        b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","type":"text_delta"}}',
+        b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":5}}',
+        b'{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","input":{"a":1}}}',  # Any
+        b'{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"type":"char_location","start_char_index":1.5}}}',
+    ]
+    from rapidsse import _native
+
+    built = _native.native_schema(native, anthropic.Event, tagged_unions=True).decode_each(batch)
+    assert built == [None] * len(batch)
+    native_check(batch)
+
+
+@needs_builder
+def test_builder_agrees_with_msgspec_on_random_mutations():
+    from .test_native import mutations
+
+    rng = random.Random(16)
+    corpus = [p for path in RECORDINGS for p in payloads(path.read_bytes()) if len(p) < 3000]
+    native_check([mutations(rng.choice(corpus), rng) for _ in range(20_000)])

@@ -284,7 +284,11 @@ class EventDecoder:
         native = _backend_core()
         if native is not None:
             known = list(schema.event_types) if schema.tagged else None
-            builder = _native.native_schema(native, schema.event) if _native.ENABLED else None
+            builder = (
+                _native.native_schema(native, schema.event, tagged_unions=protocol == "anthropic")
+                if _native.ENABLED
+                else None
+            )
             self._core: Any = native.EventDecoder(
                 max_event_size, known, schema.decode_lines, careful, done_marker, builder
             )
