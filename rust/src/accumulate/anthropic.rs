@@ -124,6 +124,12 @@ const UNKNOWN_TAG: &str = "__unknown__";
 #[derive(Debug)]
 struct Block {
     object: Map<String, Value>,
+    /// Its `type` (`""` when not a string).
+    kind: Box<str>,
+    /// The text a text block's `text` (a thinking block's `thinking`) grows in, kept out of
+    /// `object` (where its key keeps its place) so that a delta needs no lookup; None when
+    /// the block had no such string.
+    live: Option<(&'static str, String)>,
     /// `Some` for a tool block; emptied once parsed into `input` at `content_block_stop`.
     input_json: Option<String>,
 }
@@ -210,6 +216,60 @@ impl AnthropicAccumulator {
             _ => self.unknown_events += 1,
         }
         self.cap.check(self.events - 1)
+    }
+
+    /// Raw SSE bytes at an event boundary (no CR among them): when they start with a whole
+    /// `content_block_delta` event that [`quick_delta`] reads (`event: content_block_delta`,
+    /// one `data: ` line within `max_line`, a blank line), it is added here, without the
+    /// framer, and the bytes it takes, its payload's range and the result are returned; None
+    /// otherwise (nothing added). The same result as framing it and adding its payload.
+    pub fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        let data = bytes.strip_prefix(FRAMED_PREFIX)?;
+        let len = memchr::memchr(b'\n', data)?;
+        if data.get(len + 1) != Some(&b'\n')
+            || len + 6 > max_line
+            || FRAMED_PREFIX.len() - 7 > max_line
+        {
+            return None;
+        }
+        let payload = &data[..len];
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let quick = quick_delta(payload, &mut scratch);
+        let Some((index, delta)) = quick else {
+            self.scratch = scratch;
+            return None;
+        };
+        self.events += 1;
+        self.apply_delta(index, delta);
+        self.scratch = scratch;
+        let start = FRAMED_PREFIX.len();
+        Some((
+            start + len + 2,
+            start..start + len,
+            self.cap.check(self.events - 1),
+        ))
+    }
+
+    /// Whether `bytes` (the end of a chunk, at an event boundary) starts an event that
+    /// [`add_framed`](Self::add_framed) could take, which the framer holds back for the next
+    /// chunk: a prefix of `event: content_block_delta\ndata: `, or those lines and a data line
+    /// so far with no CR or LF (but one ending `bytes`), no line over `max_line`.
+    pub fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
+        if FRAMED_PREFIX.len() - 7 > max_line || 6 > max_line {
+            return false;
+        }
+        let Some(data) = bytes.strip_prefix(FRAMED_PREFIX) else {
+            return FRAMED_PREFIX.starts_with(bytes);
+        };
+        let line = data.len() + 6;
+        match memchr::memchr2(b'\n', b'\r', data) {
+            None => line <= max_line,
+            Some(i) => i + 1 == data.len() && data[i] == b'\n' && line - 1 <= max_line,
+        }
     }
 
     fn malformed(&mut self, kind: &str) {
@@ -311,21 +371,17 @@ impl AnthropicAccumulator {
             ));
             return;
         };
-        let block_type = block
-            .object
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let block_type = &*block.kind;
         let cap = &mut self.cap;
         match delta.kind.as_ref().map_or("", |k| &k.0) {
             "text_delta" => {
                 if let (true, Some(text)) = (block_type == "text", delta.text) {
-                    append_text(&mut block.object, "text", &text.0, cap);
+                    block.append("text", &text.0, cap);
                 }
             }
             "thinking_delta" => {
                 if let (true, Some(text)) = (block_type == "thinking", delta.thinking) {
-                    append_text(&mut block.object, "thinking", &text.0, cap);
+                    block.append("thinking", &text.0, cap);
                 }
             }
             "signature_delta" => {
@@ -483,15 +539,50 @@ impl AnthropicAccumulator {
 }
 
 impl Block {
-    fn new(object: Map<String, Value>) -> Block {
-        let tool = object
+    fn new(mut object: Map<String, Value>) -> Block {
+        let kind: Box<str> = object
             .get("type")
             .and_then(Value::as_str)
-            .is_some_and(|t| TOOL_INPUT_BLOCKS.contains(&t));
+            .unwrap_or("")
+            .into();
+        let key = match &*kind {
+            "text" => Some("text"),
+            "thinking" => Some("thinking"),
+            _ => None,
+        };
+        let live = key.and_then(|key| match object.get_mut(key) {
+            Some(Value::String(text)) => Some((key, std::mem::take(text))),
+            _ => None,
+        });
         Block {
             object,
-            input_json: tool.then(String::new),
+            input_json: TOOL_INPUT_BLOCKS.contains(&&*kind).then(String::new),
+            kind,
+            live,
         }
+    }
+
+    /// Appends `delta` to the string at `key` (see [`append_text`]).
+    #[inline]
+    fn append(&mut self, key: &'static str, delta: &str, cap: &mut TextCap) {
+        match &mut self.live {
+            Some((live_key, text)) if *live_key == key => {
+                if cap.admits(text.len(), delta.len()) {
+                    text.push_str(delta);
+                }
+            }
+            _ => append_text(&mut self.object, key, delta, cap),
+        }
+    }
+
+    /// The block's entries, the live text in its place.
+    fn write_with(&self, out: &mut Vec<u8>, input: Option<&Value>) {
+        let live = self.live.as_ref();
+        json::write_entries(out, &self.object, |out, key, value| match (live, input) {
+            (Some((live_key, text)), _) if *live_key == key => json::write_str(out, text),
+            (_, Some(input)) if key == "input" => json::write_value(out, input),
+            _ => json::write_value(out, value),
+        });
     }
 
     /// The block as JSON, with its input parsed from the input JSON of a block not stopped.
@@ -502,18 +593,19 @@ impl Block {
             .filter(|j| !j.is_empty())
             .and_then(parse_partial);
         let Some(input) = input else {
-            return json::write_object(out, self.object.iter());
+            return self.write_with(out, None);
         };
         if !self.object.contains_key("input") {
             let mut object = self.object.clone();
             object.insert("input".to_owned(), input);
             return json::write_object(out, object.iter());
         }
-        json::write_entries(out, &self.object, |out, key, value| {
-            json::write_value(out, if key == "input" { &input } else { value })
-        });
+        self.write_with(out, Some(&input));
     }
 }
+
+/// The SSE lines before a delta's payload, as Anthropic frames it.
+pub(crate) const FRAMED_PREFIX: &[u8] = b"event: content_block_delta\ndata: ";
 
 /// What a text, thinking or input JSON delta starts with, after its block index.
 const QUICK_DELTAS: [(&[u8], QuickKind); 3] = [

@@ -169,7 +169,27 @@ impl_accumulate!(
 );
 impl_accumulate!(ChatAccumulator);
 impl_accumulate!(RealtimeAccumulator);
-impl_accumulate!(AnthropicAccumulator);
+impl_accumulate!(
+    AnthropicAccumulator,
+    #[inline]
+    fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        AnthropicAccumulator::add_framed(self, bytes, max_line)
+    },
+    fn framed_name(&self) -> &[u8] {
+        b"content_block_delta"
+    },
+    #[inline]
+    fn takes_framed(&self) -> bool {
+        true
+    },
+    fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
+        AnthropicAccumulator::framed_prefix(self, bytes, max_line)
+    }
+);
 
 /// A payload an accumulator refused while tapping (see [`Tap`]).
 #[derive(Debug)]
