@@ -1,12 +1,13 @@
 //! The accumulators' `add_json` never panics, whatever the payloads: the input is split on LF
-//! into payloads, each added to the three accumulators (Responses, Chat, Realtime), with a text
+//! into payloads, each added to the four accumulators (Responses, Chat, Realtime, Anthropic), with a text
 //! cap drawn from the first byte; snapshots, warnings and counters are read along the way and
 //! every snapshot must be valid JSON.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rapidsse::accumulate::{
-    Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator, ResponseAccumulator,
+    Accumulate, AccumulateError, AnthropicAccumulator, ChatAccumulator, RealtimeAccumulator,
+    ResponseAccumulator,
 };
 
 fn check(acc: &mut impl Accumulate, added: u64) {
@@ -29,19 +30,22 @@ fuzz_target!(|input: &[u8]| {
     let mut responses = ResponseAccumulator::with_text_cap(cap);
     let mut chat = ChatAccumulator::with_text_cap(cap);
     let mut realtime = RealtimeAccumulator::with_text_cap(cap);
+    let mut anthropic = AnthropicAccumulator::with_text_cap(cap);
     let mut added = 0u64;
     for (i, payload) in input.split(|&b| b == b'\n').enumerate() {
         added += 1;
-        let before = (responses.events(), chat.events(), realtime.events());
+        let before = (responses.events(), chat.events(), realtime.events(), anthropic.events());
         let r = responses.add_json(payload);
         let c = chat.add_json(payload);
         let t = realtime.add_json(payload);
+        let a = anthropic.add_json(payload);
         // A rejected payload leaves the accumulator unchanged and is not counted; a delta
         // refused by the cap was read (counted), and only its text is left out.
         for (result, events, before) in [
             (r, responses.events(), before.0),
             (c, chat.events(), before.1),
             (t, realtime.events(), before.2),
+            (a, anthropic.events(), before.3),
         ] {
             match result {
                 Ok(()) => {}
@@ -58,11 +62,13 @@ fuzz_target!(|input: &[u8]| {
             check(&mut responses, added);
             check(&mut chat, added);
             check(&mut realtime, added);
+            check(&mut anthropic, added);
             let _ = responses.output_text();
         }
     }
     check(&mut responses, added);
     check(&mut chat, added);
     check(&mut realtime, added);
+    check(&mut anthropic, added);
     let _ = responses.output_text();
 });

@@ -2,11 +2,12 @@
 //! straight from the bytes) gives what framing every event and adding its payload gives: the
 //! same snapshot, warnings, counts, refused payloads (index, name, offset, payload, error) and
 //! framing errors. The first three bytes choose the chunk size, the line cap and the text cap;
-//! the rest is the stream (seeded with recorded Responses and Chat streams).
+//! the rest is the stream (seeded with recorded Responses, Chat and Anthropic streams), tapped by
+//! the Responses, Chat and Anthropic accumulators.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rapidsse::accumulate::{Accumulate, ChatAccumulator, ResponseAccumulator, Tap};
+use rapidsse::accumulate::{Accumulate, AnthropicAccumulator, ChatAccumulator, ResponseAccumulator, Tap};
 use rapidsse::framing::Framer;
 
 type Refused = (u64, Vec<u8>, u64, Vec<u8>, String);
@@ -75,5 +76,9 @@ fuzz_target!(|input: &[u8]| {
     assert_eq!(
         tapped(ChatAccumulator::with_text_cap(text_cap), cap, &chunks),
         plain(ChatAccumulator::with_text_cap(text_cap), cap, &chunks)
+    );
+    assert_eq!(
+        tapped(AnthropicAccumulator::with_text_cap(text_cap), cap, &chunks),
+        plain(AnthropicAccumulator::with_text_cap(text_cap), cap, &chunks)
     );
 });
