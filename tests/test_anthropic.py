@@ -603,3 +603,23 @@ def test_builder_agrees_with_msgspec_on_random_mutations():
     rng = random.Random(16)
     corpus = [p for path in RECORDINGS for p in payloads(path.read_bytes()) if len(p) < 3000]
     native_check([mutations(rng.choice(corpus), rng) for _ in range(20_000)])
+
+
+def test_stream_anthropic_hands_out_events_and_the_message():
+    data = next(p for p in RECORDINGS if "thinking_part" in p.name).read_bytes()
+    stream = rapidsse.stream_anthropic(chunked(data, 333))
+    events = list(stream)
+    assert events == list(rapidsse.iter_events([data], protocol="anthropic"))
+    assert stream.message == tapped(data).message and stream.warnings == []
+
+    async def source():
+        for chunk in chunked(data, 100):
+            yield chunk
+
+    async def collect():
+        astream = rapidsse.astream_anthropic(source())
+        return [e async for e in astream], astream.message
+
+    assert asyncio.run(collect()) == (events, stream.message)
+    with pytest.raises(rapidsse.StreamError):
+        list(rapidsse.stream_anthropic([ERROR_STREAM], raise_on_error_event=True))

@@ -85,7 +85,8 @@ def acc_state(acc) -> dict:
         "events": acc.events,
         "invalid": builtins(acc.invalid_events),
     }
-    prop = {ResponseAccumulator: "response", ChatAccumulator: "completion", RealtimeAccumulator: "responses"}
+    prop = {ResponseAccumulator: "response", ChatAccumulator: "completion", RealtimeAccumulator: "responses",
+            AnthropicAccumulator: "message"}
     try:
         state["snapshot"] = msgspec.to_builtins(getattr(acc, prop[type(acc)]), enc_hook=repr)
     except SSEError as exc:

@@ -38,8 +38,10 @@ __all__ = [
     "EventStream",
     "RealtimeAccumulator",
     "ResponseAccumulator",
+    "astream_anthropic",
     "astream_chat",
     "astream_responses",
+    "stream_anthropic",
     "stream_chat",
     "stream_responses",
 ]
@@ -458,3 +460,16 @@ def astream_responses(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStrea
 def astream_chat(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStream[chat.ChatCompletion]:
     """Async twin of :func:`stream_chat`: ``async for chunk in stream``."""
     return stream_chat(source, **kwargs)  # type: ignore[arg-type]
+
+
+def stream_anthropic(source: Iterable[Bytes], *, on_error: OnError = "raise",
+                     max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE,
+                     raise_on_error_event: bool = False) -> EventStream[anthropic.Message]:
+    """Iterate an Anthropic Messages stream's typed events and accumulate them at once
+    (``stream.message``; the accumulator taps the same bytes)."""
+    return EventStream(source, "anthropic", on_error, max_event_size, raise_on_error_event)
+
+
+def astream_anthropic(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStream[anthropic.Message]:
+    """Async twin of :func:`stream_anthropic`: ``async for event in stream``."""
+    return stream_anthropic(source, **kwargs)  # type: ignore[arg-type]

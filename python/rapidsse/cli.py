@@ -35,7 +35,7 @@ import msgspec
 from . import anthropic, chat, realtime, responses
 from ._backend import BACKEND
 from ._schema import UnknownEvent
-from .accumulate import EventStream, RealtimeAccumulator, stream_chat, stream_responses
+from .accumulate import RealtimeAccumulator, stream_anthropic, stream_chat, stream_responses
 from .decoding import InvalidEvent, decode_realtime, detect_protocol, iter_events
 from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE
@@ -599,7 +599,7 @@ def _parse_input(args: argparse.Namespace, name: str, source: _Input) -> int:
         events: Iterable[Any] = _realtime_events(source.chunks(), args.on_error, args.max_event_size, accumulator)
         result = lambda: accumulator.responses
     elif protocol == "anthropic":
-        stream = EventStream(source.chunks(), "anthropic", args.on_error, args.max_event_size, False)
+        stream = stream_anthropic(source.chunks(), on_error=args.on_error, max_event_size=args.max_event_size)
         events = stream
         accumulator = stream.accumulator
         result = lambda: stream.message
