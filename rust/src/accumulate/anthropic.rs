@@ -50,7 +50,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::lex::Lexer;
+use crate::lex::{same, Lexer};
 
 use super::{
     append_text, error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError,
@@ -228,7 +228,7 @@ impl AnthropicAccumulator {
         bytes: &[u8],
         max_line: usize,
     ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
-        let data = bytes.strip_prefix(FRAMED_PREFIX)?;
+        let data = starting_with(bytes, FRAMED_PREFIX)?;
         let len = memchr::memchr(b'\n', data)?;
         if data.get(len + 1) != Some(&b'\n')
             || len + 6 > max_line
@@ -636,7 +636,7 @@ enum QuickKind {
 /// surrogate, UTF-8), and nothing after the closing braces but whitespace.
 fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, BlockDelta<'s>)> {
     const HEAD: &[u8] = br#"{"type":"content_block_delta","index":"#;
-    let rest = payload.strip_prefix(HEAD)?;
+    let rest = starting_with(payload, HEAD)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || (digits > 1 && rest[0] == b'0') {
         return None;
@@ -648,7 +648,7 @@ fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, 
     let rest = &rest[digits..];
     let (head, kind) = QUICK_DELTAS
         .iter()
-        .find(|(head, _)| rest.starts_with(head))?;
+        .find(|(head, _)| starting_with(rest, head).is_some())?;
     let mut lx = Lexer::new(payload);
     lx.seek(HEAD.len() + digits + head.len()); // before the string (its quote)
     let text = lx.string(scratch)?;
@@ -677,6 +677,13 @@ fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, 
         QuickKind::InputJson => delta.partial_json = text,
     }
     Some((index, delta))
+}
+
+/// What follows `prefix` in `bytes` if they start with it (compared without a `memcmp` call).
+#[inline(always)]
+fn starting_with<'b>(bytes: &'b [u8], prefix: &[u8]) -> Option<&'b [u8]> {
+    let head = bytes.get(..prefix.len())?;
+    same(head, prefix).then(|| &bytes[prefix.len()..])
 }
 
 /// A typed `UnknownVariant`'s encoding (`{"type": "__unknown__", "data": {...}}`) as its data.

@@ -116,6 +116,11 @@ struct Work {
     ints: Vec<CachedInt>,
     last_tag: Vec<u8>,
     last_struct: usize,
+    /// The last nested tag read, its union (the `Tags`' address) and its class: a run of
+    /// deltas of one type is built without a lookup.
+    nested_tag: Vec<u8>,
+    nested_union: usize,
+    nested_struct: usize,
 }
 
 #[derive(Default)]
@@ -358,6 +363,9 @@ impl Schema {
                 ints: (0..self.int_caches).map(|_| CachedInt::default()).collect(),
                 last_tag: Vec::new(),
                 last_struct: usize::MAX,
+                nested_tag: Vec::new(),
+                nested_union: 0,
+                nested_struct: usize::MAX,
             },
             shape: Shape::default(),
         }
@@ -853,7 +861,17 @@ impl Schema {
                 if lx.plain_string()? != &tags.field[..] || !lx.eat(b':') {
                     return None;
                 }
-                let index = *tags.classes.get(lx.plain_string()?)?;
+                let tag = lx.plain_string()?;
+                let union = std::ptr::from_ref::<Tags>(tags) as usize;
+                let index = if state.nested_union == union && same(&state.nested_tag, tag) {
+                    state.nested_struct
+                } else {
+                    let index = *tags.classes.get(tag)?;
+                    state.nested_tag.clear();
+                    state.nested_tag.extend_from_slice(tag);
+                    (state.nested_union, state.nested_struct) = (union, index);
+                    index
+                };
                 self.object(py, lx, state, index, false, depth + 1)
             }
             _ => None,
