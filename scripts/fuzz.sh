@@ -61,7 +61,7 @@ def put(target, data):
 def payloads(data):
     return [line[5:].strip() for line in data.splitlines() if line.startswith(b"data:")]
 
-for kind in ("responses", "chat", "gemini"):
+for kind in ("responses", "chat", "gemini", "anthropic"):
     for path in sorted((corpus / kind).glob("*.sse")) if (corpus / kind).is_dir() else []:
         data = path.read_bytes()
         for i, start in enumerate(range(0, min(len(data), 32768), 4096)):

@@ -151,3 +151,22 @@ def test_missing_peers_are_skipped_not_timed_and_the_table_renders(monkeypatch):
     assert len(table) == 2 + len(rows)
     assert any("| sseclient-py | skipped: ModuleNotFoundError" in line for line in table)
     assert any(f"| {bench.FRAMING} | rapidsse python | " in line for line in table)
+
+
+def test_anthropic_stream_decodes_into_the_expected_events():
+    from rapidsse import anthropic
+
+    data = bench.anthropic_stream(200)
+    events = rapidsse.EventDecoder("anthropic").feed(data)
+    assert len(events) == 200
+    assert not any(isinstance(e, rapidsse.UnknownEvent) for e in events)
+    assert type(events[0]) is anthropic.MessageStart and type(events[-1]) is anthropic.MessageStop
+    acc = rapidsse.AnthropicAccumulator()
+    acc.feed(data)
+    message = acc.message
+    assert [b.type for b in message.content] == ["thinking", "server_tool_use", "web_search_tool_result", "text", "tool_use"]
+    assert message.content[1].input == {"query": "San Francisco weather today"}
+    assert message.content[4].input["filename"] == "weather.txt"
+    assert len(message.content[3].citations) == 1 and acc.warnings == []
+    sizes = [len(e.data) for e in rapidsse.SSEDecoder().feed(data) if e.event == "content_block_delta"]
+    assert 90 <= sorted(sizes)[len(sizes) // 2] <= 160

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import rapidsse
 from rapidsse import (
+    AnthropicAccumulator,
     ChatAccumulator,
     EventDecoder,
     EventTooLarge,
@@ -84,7 +85,8 @@ def acc_state(acc) -> dict:
         "events": acc.events,
         "invalid": builtins(acc.invalid_events),
     }
-    prop = {ResponseAccumulator: "response", ChatAccumulator: "completion", RealtimeAccumulator: "responses"}
+    prop = {ResponseAccumulator: "response", ChatAccumulator: "completion", RealtimeAccumulator: "responses",
+            AnthropicAccumulator: "message"}
     try:
         state["snapshot"] = msgspec.to_builtins(getattr(acc, prop[type(acc)]), enc_hook=repr)
     except SSEError as exc:
@@ -118,7 +120,7 @@ _EVENTS = {
         for event in path.read_bytes().replace(b"\r\n", b"\n").split(b"\n\n")
         if event.strip()
     ]
-    for kind in ("responses", "chat")
+    for kind in ("responses", "chat", "anthropic")
 }
 _REALTIME = [line for path in corpus_files("realtime") for line in path.read_bytes().splitlines() if line.strip()]
 
@@ -242,7 +244,7 @@ def test_framing_backends_agree_on_hostile_streams(data, cap):
 @settings(max_examples=1000, **SETTINGS)
 @given(
     st.data(),
-    st.sampled_from(["responses", "chat"]),
+    st.sampled_from(["responses", "chat", "anthropic"]),
     st.sampled_from(["raise", "skip", "keep"]),
     st.sampled_from((None, 16 << 20, 300)),
     st.booleans(),
@@ -266,7 +268,7 @@ def test_typed_decoding_backends_agree_on_hostile_streams(data, protocol, on_err
 
 
 @settings(max_examples=300, **SETTINGS)
-@given(st.data(), st.sampled_from(["responses", "chat"]))
+@given(st.data(), st.sampled_from(["responses", "chat", "anthropic"]))
 def test_encode_sse_round_trips_hostile_events(data, protocol):
     """A gateway re-emits what it parsed: decoding ``encode_sse(event)`` gives the same event back,
     one event for one (no event injected by a payload's ``type``)."""
@@ -298,7 +300,7 @@ def test_encode_sse_cannot_inject_events(backend):
 @settings(max_examples=600, **SETTINGS)
 @given(
     st.data(),
-    st.sampled_from([(ResponseAccumulator, "responses"), (ChatAccumulator, "chat")]),
+    st.sampled_from([(ResponseAccumulator, "responses"), (ChatAccumulator, "chat"), (AnthropicAccumulator, "anthropic")]),
     st.sampled_from(["raise", "skip", "keep"]),
     st.sampled_from((None, 16 << 20, 300)),
 )
@@ -316,7 +318,7 @@ def test_accumulator_tap_backends_agree_on_hostile_streams(data, kind, on_error,
 
 
 @settings(max_examples=200, **SETTINGS)
-@given(st.data(), st.sampled_from([(ResponseAccumulator, "responses"), (ChatAccumulator, "chat")]))
+@given(st.data(), st.sampled_from([(ResponseAccumulator, "responses"), (ChatAccumulator, "chat"), (AnthropicAccumulator, "anthropic")]))
 def test_accumulator_add_and_add_json_backends_agree(data, kind):
     cls, protocol = kind
     stream = data.draw(sse_stream(protocol))
@@ -413,7 +415,7 @@ DEEP = [b"[" * n + b"]" * n for n in (1200, 5000, 100_000)]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("protocol", ["responses", "chat"])
+@pytest.mark.parametrize("protocol", ["responses", "chat", "anthropic"])
 def test_deep_nesting_in_a_payload_is_a_decode_error(backend, protocol):
     for deep in DEEP:
         for payload in (deep, b'{"type":"response.output_text.delta","x":' + deep + b"}",

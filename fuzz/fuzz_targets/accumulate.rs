@@ -1,14 +1,14 @@
 //! The accumulators' `add_json` never panics, whatever the payloads: the input is split on LF
-//! into payloads, each added to the five accumulators (Responses, Chat, Realtime, Gemini,
-//! Completions), with a text
+//! into payloads, each added to the six accumulators (Responses, Chat, Realtime, Gemini,
+//! Completions, Anthropic), with a text
 //! cap drawn from the first byte; snapshots, warnings and counters are read along the way and
 //! every snapshot must be valid JSON.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rapidsse::accumulate::{
-    Accumulate, AccumulateError, ChatAccumulator, CompletionsAccumulator, GeminiAccumulator,
-    RealtimeAccumulator, ResponseAccumulator,
+    Accumulate, AccumulateError, AnthropicAccumulator, ChatAccumulator, CompletionsAccumulator,
+    GeminiAccumulator, RealtimeAccumulator, ResponseAccumulator,
 };
 
 fn check(acc: &mut impl Accumulate, added: u64) {
@@ -33,6 +33,7 @@ fuzz_target!(|input: &[u8]| {
     let mut realtime = RealtimeAccumulator::with_text_cap(cap);
     let mut gemini = GeminiAccumulator::with_text_cap(cap);
     let mut completions = CompletionsAccumulator::with_text_cap(cap);
+    let mut anthropic = AnthropicAccumulator::with_text_cap(cap);
     let mut added = 0u64;
     for (i, payload) in input.split(|&b| b == b'\n').enumerate() {
         added += 1;
@@ -42,12 +43,14 @@ fuzz_target!(|input: &[u8]| {
             realtime.events(),
             gemini.events(),
             completions.events(),
+            anthropic.events(),
         );
         let r = responses.add_json(payload);
         let c = chat.add_json(payload);
         let t = realtime.add_json(payload);
         let g = gemini.add_json(payload);
         let o = completions.add_json(payload);
+        let a = anthropic.add_json(payload);
         // A rejected payload leaves the accumulator unchanged and is not counted; a delta
         // refused by the cap was read (counted), and only its text is left out.
         for (result, events, before) in [
@@ -56,6 +59,7 @@ fuzz_target!(|input: &[u8]| {
             (t, realtime.events(), before.2),
             (g, gemini.events(), before.3),
             (o, completions.events(), before.4),
+            (a, anthropic.events(), before.5),
         ] {
             match result {
                 Ok(()) => {}
@@ -74,6 +78,7 @@ fuzz_target!(|input: &[u8]| {
             check(&mut realtime, added);
             check(&mut gemini, added);
             check(&mut completions, added);
+            check(&mut anthropic, added);
             let _ = responses.output_text();
         }
     }
@@ -82,5 +87,6 @@ fuzz_target!(|input: &[u8]| {
     check(&mut realtime, added);
     check(&mut gemini, added);
     check(&mut completions, added);
+    check(&mut anthropic, added);
     let _ = responses.output_text();
 });

@@ -2,13 +2,14 @@
 //! straight from the bytes) gives what framing every event and adding its payload gives: the
 //! same snapshot, warnings, counts, refused payloads (index, name, offset, payload, error) and
 //! framing errors. The first three bytes choose the chunk size, the line cap and the text cap;
-//! the rest is the stream (seeded with recorded Responses, Chat and Gemini streams and the
-//! synthetic Completions ones).
+//! the rest is the stream (seeded with recorded Responses, Chat, Gemini and Anthropic streams and
+//! the synthetic Completions ones), tapped by each of those accumulators.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rapidsse::accumulate::{
-    Accumulate, ChatAccumulator, CompletionsAccumulator, GeminiAccumulator, ResponseAccumulator, Tap,
+    Accumulate, AnthropicAccumulator, ChatAccumulator, CompletionsAccumulator, GeminiAccumulator,
+    ResponseAccumulator, Tap,
 };
 use rapidsse::framing::Framer;
 
@@ -86,5 +87,9 @@ fuzz_target!(|input: &[u8]| {
     assert_eq!(
         tapped(CompletionsAccumulator::with_text_cap(text_cap), cap, &chunks),
         plain(CompletionsAccumulator::with_text_cap(text_cap), cap, &chunks)
+    );
+    assert_eq!(
+        tapped(AnthropicAccumulator::with_text_cap(text_cap), cap, &chunks),
+        plain(AnthropicAccumulator::with_text_cap(text_cap), cap, &chunks)
     );
 });

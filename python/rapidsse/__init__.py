@@ -21,31 +21,38 @@ from .decoding import (
     iter_realtime,
 )
 from .accumulate import (
+    AnthropicAccumulator,
     ChatAccumulator,
     CompletionsAccumulator,
     EventStream,
     GeminiAccumulator,
     RealtimeAccumulator,
     ResponseAccumulator,
+    astream_anthropic,
     astream_chat,
     astream_responses,
+    stream_anthropic,
     stream_chat,
     stream_completions,
     stream_gemini,
     stream_responses,
 )
-from . import chat, completions, gemini, realtime, responses
+from . import anthropic, chat, completions, gemini, realtime, responses
 
 __all__ = [
     "BACKEND",
+    "AnthropicAccumulator",
+    "anthropic",
     "ChatAccumulator",
     "CompletionsAccumulator",
     "EventStream",
     "GeminiAccumulator",
     "RealtimeAccumulator",
     "ResponseAccumulator",
+    "astream_anthropic",
     "astream_chat",
     "astream_responses",
+    "stream_anthropic",
     "stream_chat",
     "stream_completions",
     "stream_gemini",

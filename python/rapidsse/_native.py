@@ -5,8 +5,12 @@ chunks, ...) straight from their JSON, without a call into msgspec, and leaves t
 msgspec (see ``rust/src/bindings/native.rs``). This module tells it, from
 :mod:`msgspec.inspect`, what each Struct class holds: every field's JSON name, what its type
 admits (None, str, int, float, bool, a list, a nested untagged Struct) and its default. A type
-the builder does not handle (a tagged union, a dict, ``Any``, a literal, a constrained type) is
-marked unsupported: an event with such a field present goes to msgspec.
+the builder does not handle (a dict, ``Any``, a literal, a constrained type) is marked
+unsupported: an event with such a field present goes to msgspec. With ``tagged_unions`` (the
+Anthropic schemas, whose deltas and blocks are nested unions), a union of Structs tagged on one
+field is described by its tag field and the class of each tag (the builder reads the tag, which
+must come first, and builds that class; anything else goes to msgspec); without it, such a
+union is unsupported too.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ NULL, STR, INT, FLOAT, BOOL, LIST, STRUCT, UNSUPPORTED = 1, 2, 4, 8, 16, 32, 64,
 
 _NUMBER_CONSTRAINTS = ("gt", "ge", "lt", "le", "multiple_of")
 
-Node = tuple[int, Any, int]
+Node = tuple[int, Any, int, Any]
 
 
 class _Describer:
-    def __init__(self) -> None:
+    def __init__(self, tagged_unions: bool = False) -> None:
+        self.tagged_unions = tagged_unions
         self.structs: list[Any] = []
         self.index: dict[type, int] = {}
 
@@ -67,6 +72,8 @@ class _Describer:
     def node(self, t: Any) -> Node:
         members = t.types if isinstance(t, mi.UnionType) else (t,)
         mask, item, struct = 0, None, -1
+        tagged: dict[str, int] = {}
+        tag_fields = set()
         for m in members:
             if isinstance(m, mi.NoneType):
                 mask |= NULL
@@ -84,15 +91,29 @@ class _Describer:
             elif isinstance(m, mi.StructType) and m.tag_field is None and not m.array_like and struct < 0:
                 mask |= STRUCT
                 struct = self.struct(m)
+            elif (
+                self.tagged_unions and isinstance(m, mi.StructType) and m.tag_field is not None
+                and isinstance(m.tag, str) and not m.array_like
+            ):
+                tag_fields.add(m.tag_field)
+                tagged[m.tag] = self.struct(m)
             else:
                 mask |= UNSUPPORTED
-        return (mask, item, struct)
+        tags = None
+        if tagged:
+            if struct < 0 and len(tag_fields) == 1:
+                mask |= STRUCT
+                tags = (tag_fields.pop(), tagged)
+            else:
+                mask |= UNSUPPORTED
+        return (mask, item, struct, tags)
 
 
-def describe(event_type: Any) -> tuple[list[Any], dict[str, int] | int, str | None]:
+def describe(event_type: Any, tagged_unions: bool = False) -> tuple[list[Any], dict[str, int] | int, str | None]:
     """``(structs, roots, tag_field)`` for :class:`rapidsse._rapidsse.NativeSchema`: the top-level
-    classes by tag (a tagged union of Structs) or the one top-level class."""
-    d = _Describer()
+    classes by tag (a tagged union of Structs) or the one top-level class. ``tagged_unions``:
+    describe nested tagged unions for the builder (see the module docs)."""
+    d = _Describer(tagged_unions)
     info = mi.type_info(event_type)
     if isinstance(info, mi.StructType) and info.tag_field is None:
         return d.structs, d.struct(info), None
@@ -109,6 +130,6 @@ def describe(event_type: Any) -> tuple[list[Any], dict[str, int] | int, str | No
 
 
 @functools.lru_cache(maxsize=None)
-def native_schema(core: Any, event_type: Any) -> Any:
+def native_schema(core: Any, event_type: Any, tagged_unions: bool = False) -> Any:
     """The ``NativeSchema`` of ``event_type`` for the extension module ``core`` (built once)."""
-    return core.NativeSchema(*describe(event_type))
+    return core.NativeSchema(*describe(event_type, tagged_unions))

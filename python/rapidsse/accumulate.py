@@ -26,7 +26,7 @@ from typing import Any, Callable, Generic, TypeVar, Union
 
 import msgspec
 
-from . import chat, completions, gemini, realtime, responses
+from . import anthropic, chat, completions, gemini, realtime, responses
 from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
 from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _check_size, _chunks, _finished
@@ -34,14 +34,17 @@ from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
 
 __all__ = [
+    "AnthropicAccumulator",
     "ChatAccumulator",
     "CompletionsAccumulator",
     "GeminiAccumulator",
     "EventStream",
     "RealtimeAccumulator",
     "ResponseAccumulator",
+    "astream_anthropic",
     "astream_chat",
     "astream_responses",
+    "stream_anthropic",
     "stream_chat",
     "stream_completions",
     "stream_gemini",
@@ -202,6 +205,11 @@ class _Accumulator(Generic[T]):
         return self._cached
 
     @property
+    def message(self) -> Any:
+        """The Message built so far (Anthropic streams)."""
+        return self.accumulator.message
+
+    @property
     def warnings(self) -> list[str]:
         """Mismatches between deltas and the server's values, sequence gaps, server error events."""
         return self._core.warnings()
@@ -337,6 +345,34 @@ class CompletionsAccumulator(_SSEAccumulator[completions.Completion]):
         return self._snapshot()
 
 
+class AnthropicAccumulator(_SSEAccumulator[anthropic.Message]):
+    """Builds the final :class:`rapidsse.anthropic.Message` of an Anthropic Messages stream, as
+    the anthropic SDK's ``messages.stream(...).get_final_message()`` does (its beta client for
+    beta blocks), keeping the fields its models drop: blocks in order with their text, thinking
+    and signature, citations appended, tool inputs parsed from their streamed JSON (partially,
+    with jiter's partial mode, when the stream stops mid-JSON), unknown block types as they
+    came; stop reason and details from ``message_delta``, whose usage updates the message's
+    key by key. ``warnings`` records server ``error`` events, deltas without their block, tool
+    input that does not parse and events before ``message_start``.
+
+    >>> acc = AnthropicAccumulator()
+    >>> acc.feed(b'event: message_start\\ndata: {"type":"message_start","message":{"id":"m","content":[]}}\\n\\n')
+    >>> acc.feed(b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\\n\\n')
+    >>> acc.feed(b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\\n\\n')
+    >>> acc.message.content[0].text
+    'Hi'
+    """
+
+    __slots__ = ()
+    _core_name = "AnthropicCore"
+    _snapshot_type = anthropic.Message
+
+    @property
+    def message(self) -> Union[anthropic.Message, None]:
+        """A snapshot of everything so far (None before ``message_start`` or an event implying it)."""
+        return self._snapshot()
+
+
 class RealtimeAccumulator(_Accumulator[dict]):
     """Builds each response of a Realtime session from its server events (GA and beta names):
     status, output items with text and transcripts, function call arguments; ``response.done``
@@ -361,7 +397,8 @@ class RealtimeAccumulator(_Accumulator[dict]):
 
 class EventStream(Generic[T]):
     """Typed events of a stream, accumulated as they pass: iterate it for the events and read
-    :attr:`response` (Responses) / :attr:`completion` (Chat) at any time, e.g. after the loop.
+    :attr:`response` (Responses, Gemini) / :attr:`completion` (Chat, Completions) / :attr:`message`
+    (Anthropic) at any time, e.g. after the loop.
 
     Responses streams: each typed event is handed to the accumulator's :meth:`add` (which reads
     text events field by field and walks the others, no re-encoding). Chat streams: the
@@ -452,6 +489,7 @@ class EventStream(Generic[T]):
 _STREAM_ACCUMULATORS: dict[str, type] = {
     "responses": ResponseAccumulator,
     "chat": ChatAccumulator,
+    "anthropic": AnthropicAccumulator,
     "gemini": GeminiAccumulator,
     "completions": CompletionsAccumulator,
 }
@@ -498,3 +536,16 @@ def astream_responses(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStrea
 def astream_chat(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStream[chat.ChatCompletion]:
     """Async twin of :func:`stream_chat`: ``async for chunk in stream``."""
     return stream_chat(source, **kwargs)  # type: ignore[arg-type]
+
+
+def stream_anthropic(source: Iterable[Bytes], *, on_error: OnError = "raise",
+                     max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE,
+                     raise_on_error_event: bool = False) -> EventStream[anthropic.Message]:
+    """Iterate an Anthropic Messages stream's typed events and accumulate them at once
+    (``stream.message``; the accumulator taps the same bytes)."""
+    return EventStream(source, "anthropic", on_error, max_event_size, raise_on_error_event)
+
+
+def astream_anthropic(source: AsyncIterable[Bytes], **kwargs: Any) -> EventStream[anthropic.Message]:
+    """Async twin of :func:`stream_anthropic`: ``async for event in stream``."""
+    return stream_anthropic(source, **kwargs)  # type: ignore[arg-type]

@@ -42,6 +42,7 @@ __all__ = [
     "GROUPS",
     "Recording",
     "Workload",
+    "anthropic_stream",
     "chat_stream",
     "completions_stream",
     "gemini_stream",
@@ -58,7 +59,7 @@ __all__ = [
     "workload",
 ]
 
-Protocol = Literal["responses", "chat", "gemini", "completions"]
+Protocol = Literal["responses", "chat", "anthropic", "gemini", "completions"]
 
 CHUNK_SIZE = 512
 """Bytes per chunk in the stream groups: about what one TLS record / socket read carries."""
@@ -80,8 +81,9 @@ TYPED_GEMINI = "typed Gemini (512-byte chunks)"
 GEMINI_ACCUMULATE = "final Gemini response (512-byte chunks)"
 TYPED_COMPLETIONS = "typed Completions (512-byte chunks)"
 COMPLETIONS_ACCUMULATE = "final Completion (512-byte chunks)"
+ANTHROPIC = "Anthropic Messages (512-byte chunks)"
 GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC,
-          HTTPX_SSE_CORPUS, TYPED_GEMINI, GEMINI_ACCUMULATE, TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE)
+          HTTPX_SSE_CORPUS, TYPED_GEMINI, GEMINI_ACCUMULATE, TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE, ANTHROPIC)
 """Every group, in the order :func:`run_all` reports them."""
 
 # ---------------------------------------------------------------------------------------------------
@@ -410,12 +412,12 @@ def _msgspec_floor(schema: Any, payloads: list[bytes]) -> int:
 class _MockServer:
     """An ``httpx.MockTransport`` handler that answers every request with :attr:`chunks` as SSE."""
 
-    def __init__(self) -> None:
+    def __init__(self, httpx: Any = None) -> None:
         self.chunks: list[bytes] = []
+        self._httpx = httpx
 
     def __call__(self, request: Any) -> Any:
-        import httpx
-
+        httpx = self._httpx or importlib.import_module("httpx")
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(self.chunks))
 
 
@@ -843,12 +845,174 @@ def contenders(group: str) -> list[Contender]:
                       functools.partial(_tap_into_python, "CompletionsAccumulator", "completion")),
             Contender("openai SDK completions.create(stream=True), texts joined", _sdk_completions_joined, _SDK),
         ]
+    if group == ANTHROPIC:
+        return _anthropic_contenders()
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 
 def _tap_python(chunks: list[bytes]) -> int:
     with using("python"):
         return _tap(chunks)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Anthropic Messages
+
+_ANTHROPIC_MESSAGE_ID = "msg_01QmxBSdEbD9ZeBWDVgFDoQ5"
+_ANTHROPIC_RAW = frozenset(
+    ["message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+)
+
+
+def anthropic_stream(n_events: int = 1700) -> bytes:
+    """An Anthropic Messages stream of exactly ``n_events`` events, shaped like the recordings.
+
+    ``message_start``; a thinking block (a sixth of the deltas, then its ``signature_delta``); a
+    ``server_tool_use`` web search whose query streams as ``input_json_delta``\\s, and its
+    ``web_search_tool_result`` (five results); a text block of the other deltas, with a
+    ``citations_delta``; a ``tool_use`` block whose input streams as ``input_json_delta``\\s;
+    ``message_delta`` with the usage and ``message_stop``. Every event has its ``event:`` line,
+    and payloads are written as Anthropic writes them.
+    """
+    fixed = 15  # the events that are not text, thinking or input deltas
+    n_deltas = n_events - fixed
+    if n_deltas < 12:
+        raise ValueError(f"an Anthropic stream here needs at least {fixed + 12} events")
+    n_thinking, n_search_json, n_tool_json = n_deltas // 6, 4, n_deltas // 10
+    n_text = n_deltas - n_thinking - n_search_json - n_tool_json
+    usage = {
+        "input_tokens": 2679, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "output_tokens": 3, "service_tier": "standard",
+    }  # fmt: skip
+    message = {
+        "id": _ANTHROPIC_MESSAGE_ID, "type": "message", "role": "assistant", "model": "claude-sonnet-4-20250514",
+        "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage,
+    }  # fmt: skip
+
+    def event(kind: str, **fields: Any) -> bytes:
+        return _sse(kind, {"type": kind, **fields})
+
+    def delta(index: int, **fields: Any) -> bytes:
+        return event("content_block_delta", index=index, delta=fields)
+
+    def json_pieces(value: Any, n: int) -> list[str]:
+        text = _encode(value).decode()
+        step = max(1, -(-len(text) // n))
+        pieces = [text[i : i + step] for i in range(0, len(text), step)]
+        return (pieces + [""] * n)[:n] if len(pieces) <= n else pieces[: n - 1] + ["".join(pieces[n - 1 :])]
+
+    out = [event("message_start", message=message)]
+    out.append(event("content_block_start", index=0, content_block={"type": "thinking", "thinking": "", "signature": ""}))
+    out += [delta(0, type="thinking_delta", thinking=_delta(i)) for i in range(n_thinking)]
+    out.append(delta(0, type="signature_delta", signature="EqQBCkYIBxgCKkDL" * 12))
+    out.append(event("content_block_stop", index=0))
+    search = {"type": "server_tool_use", "id": "srvtoolu_01FYcUbzEaqqQh1WBRj1QX3h", "name": "web_search", "input": {}}
+    out.append(event("content_block_start", index=1, content_block=search))
+    for piece in json_pieces({"query": "San Francisco weather today"}, n_search_json):
+        out.append(delta(1, type="input_json_delta", partial_json=piece))
+    out.append(event("content_block_stop", index=1))
+    results = [
+        {"type": "web_search_result", "title": f"Weather {k}", "url": f"https://example.com/weather/{k}",
+         "encrypted_content": "EpMCCioIBxgCIiQ" * 20, "page_age": "1 week ago"}
+        for k in range(5)
+    ]  # fmt: skip
+    result_block = {"type": "web_search_tool_result", "tool_use_id": search["id"], "content": results}
+    out.append(event("content_block_start", index=2, content_block=result_block))
+    out.append(event("content_block_stop", index=2))
+    out.append(event("content_block_start", index=3, content_block={"type": "text", "text": ""}))
+    citation = {
+        "type": "web_search_result_location", "cited_text": "Sunny, high of 68F.", "url": results[0]["url"],
+        "title": results[0]["title"], "encrypted_index": "EpEBCioIBxgCIiQ" * 4,
+    }  # fmt: skip
+    out.append(delta(3, type="citations_delta", citation=citation))
+    out += [delta(3, type="text_delta", text=_delta(i)) for i in range(n_text)]
+    out.append(event("content_block_stop", index=3))
+    tool = {"type": "tool_use", "id": "toolu_01EKqbqmZrGRXy18eN7m9kvY", "name": "make_file", "input": {}}
+    out.append(event("content_block_start", index=4, content_block=tool))
+    lines = [_delta(i) for i in range(n_tool_json * 2)]
+    for piece in json_pieces({"filename": "weather.txt", "lines_of_text": lines}, n_tool_json):
+        out.append(delta(4, type="input_json_delta", partial_json=piece))
+    out.append(event("content_block_stop", index=4))
+    out.append(event("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None},
+                     usage={"input_tokens": 2679, "output_tokens": n_deltas, "server_tool_use": {"web_search_requests": 1}}))
+    out.append(event("message_stop"))
+    assert len(out) == n_events, (len(out), n_events)
+    return b"".join(out)
+
+
+_ANTHROPIC_SDK = ("anthropic",)
+
+
+@functools.lru_cache(maxsize=None)
+def _anthropic_client() -> tuple[Any, _MockServer]:
+    """One anthropic SDK client over a mock transport of the HTTP package it is built on (httpx,
+    or httpx2 in its newer releases), built once so that its setup is not timed."""
+    import anthropic
+
+    base_client = importlib.import_module("anthropic._base_client")
+    source = Path(base_client.__file__).read_text(encoding="utf-8")
+    httpx = importlib.import_module("httpx2" if "import httpx2" in source else "httpx")
+    server = _MockServer(httpx)
+    client = anthropic.Anthropic(api_key="x", http_client=httpx.Client(transport=httpx.MockTransport(server)))
+    return client, server
+
+
+_ANTHROPIC_REQUEST = {"model": "claude-sonnet-4-20250514", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]}
+
+
+def _anthropic_sdk_iterated(chunks: list[bytes]) -> int:
+    """The anthropic SDK's typed events: ``messages.create(stream=True)`` iterated."""
+    client, server = _anthropic_client()
+    server.chunks = chunks
+    n = 0
+    for _ in client.messages.create(**_ANTHROPIC_REQUEST, stream=True):
+        n += 1
+    return n
+
+
+def _anthropic_sdk_final(chunks: list[bytes]) -> int:
+    """The anthropic SDK's accumulating stream: ``messages.stream(...)`` iterated to the end,
+    then ``get_final_message()`` (the raw events counted, not the text events it adds)."""
+    client, server = _anthropic_client()
+    server.chunks = chunks
+    n = 0
+    with client.messages.stream(**_ANTHROPIC_REQUEST) as stream:
+        for event in stream:
+            n += event.type in _ANTHROPIC_RAW
+        stream.get_final_message()
+    return n
+
+
+def _anthropic_tap(chunks: list[bytes]) -> int:
+    """The tap: raw bytes into an AnthropicAccumulator, then the final Message."""
+    from .accumulate import AnthropicAccumulator
+
+    acc = AnthropicAccumulator()
+    feed = acc.feed
+    for chunk in chunks:
+        feed(chunk)
+    assert acc.message is not None
+    return acc.events
+
+
+def _anthropic_tap_python(chunks: list[bytes]) -> int:
+    with using("python"):
+        return _anthropic_tap(chunks)
+
+
+def _anthropic_contenders() -> list[Contender]:
+    from . import anthropic
+
+    return [
+        Contender("rapidsse rust, typed events", functools.partial(_typed_rust, "anthropic"), _RUST),
+        Contender("rapidsse python, typed events", functools.partial(_typed_python, "anthropic")),
+        Contender("msgspec floor", functools.partial(_msgspec_floor, anthropic.Event), prepare=_split_payloads),
+        Contender("anthropic SDK, messages.create(stream=True)", _anthropic_sdk_iterated, _ANTHROPIC_SDK),
+        Contender("rapidsse rust, tap (feed bytes) + message", _anthropic_tap, _RUST),
+        Contender("rapidsse python, tap + message", _anthropic_tap_python),
+        Contender("anthropic SDK, messages.stream + get_final_message", _anthropic_sdk_final, _ANTHROPIC_SDK),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -886,6 +1050,9 @@ def workload(group: str, n_events: int = 3000) -> Workload:
     if group == LARGE_EVENT:
         data = large_event_stream()
         return Workload(chunked(data, LARGE_CHUNK_SIZE), 1, len(data))
+    if group == ANTHROPIC:
+        data = anthropic_stream(n_events * 1700 // 3000)
+        return Workload(chunked(data, CHUNK_SIZE), n_events * 1700 // 3000, len(data))
     if group == CORPUS:
         recordings = corpus_recordings()
         inputs = [(r.protocol, chunked(r.data, CHUNK_SIZE)) for r in recordings]

@@ -32,10 +32,11 @@ from typing import IO, Any, NoReturn
 
 import msgspec
 
-from . import chat, completions, gemini, realtime, responses
+from . import anthropic, chat, completions, gemini, realtime, responses
 from ._backend import BACKEND
 from ._schema import UnknownEvent
-from .accumulate import RealtimeAccumulator, stream_chat, stream_completions, stream_gemini, stream_responses
+from .accumulate import (RealtimeAccumulator, stream_anthropic, stream_chat, stream_completions, stream_gemini,
+                         stream_responses)
 from .decoding import InvalidEvent, decode_realtime, detect_protocol, iter_events
 from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE
@@ -259,6 +260,34 @@ def describe_text_completion(completion: completions.Completion, style: Style) -
     if usage is not None:
         lines.append(_field("usage", _tokens(
             ("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens), ("total", usage.total_tokens),
+        )))  # fmt: skip
+    return lines
+
+
+def describe_message(message: anthropic.Message, style: Style) -> list[str]:
+    """Lines summarising an Anthropic Message: model, stop reason, each content block (thinking,
+    text, tool calls with their input, other blocks by type) and usage."""
+    lines = [
+        f"{style.bold('message')} {message.id or '(no id)'}  model {message.model or '?'}"
+        f"  stop: {message.stop_reason or '-'}"
+    ]
+    for block in message.content:
+        if isinstance(block, anthropic.ThinkingBlock):
+            lines.append(style.dim(_field("thinking", block.thinking)))
+        elif isinstance(block, anthropic.TextBlock):
+            lines.append(_field("text", block.text))
+            if block.citations:
+                lines.append(style.dim(_field("citations", str(len(block.citations)), 4)))
+        elif isinstance(block, (anthropic.ToolUseBlock, anthropic.ServerToolUseBlock, anthropic.McpToolUseBlock)):
+            call = f"{block.name}({json.dumps(block.input, ensure_ascii=False)})"
+            lines.append(_field("tool call", style.cyan(call) + style.dim(f"  {block.id}")))
+        else:
+            lines.append(style.dim(_field("block", block.type)))
+    usage = message.usage
+    if usage is not None:
+        lines.append(_field("usage", _tokens(
+            ("input", usage.input_tokens), ("cache read", usage.cache_read_input_tokens),
+            ("cache write", usage.cache_creation_input_tokens), ("output", usage.output_tokens),
         )))  # fmt: skip
     return lines
 
@@ -611,7 +640,7 @@ def _parse_input(args: argparse.Namespace, name: str, source: _Input) -> int:
             why = "it is empty" if not read else f"no event in its first {read:,} bytes says"
             print(
                 f"rapidsse parse: cannot tell the protocol of {name} ({why}); "
-                "pass --protocol responses|chat|gemini|completions|realtime",
+                "pass --protocol responses|chat|anthropic|gemini|completions|realtime",
                 file=sys.stderr,
             )
             return EXIT_ERROR
@@ -620,6 +649,11 @@ def _parse_input(args: argparse.Namespace, name: str, source: _Input) -> int:
         accumulator = RealtimeAccumulator(on_error="skip")
         events: Iterable[Any] = _realtime_events(source.chunks(), args.on_error, args.max_event_size, accumulator)
         result = lambda: accumulator.responses
+    elif protocol == "anthropic":
+        stream = stream_anthropic(source.chunks(), on_error=args.on_error, max_event_size=args.max_event_size)
+        events = stream
+        accumulator = stream.accumulator
+        result = lambda: stream.message
     else:
         stream = _STREAMS[protocol](source.chunks(), on_error=args.on_error, max_event_size=args.max_event_size)
         events = stream
@@ -660,6 +694,8 @@ def _print_summary(protocol: str, result: Any, accumulator: Any, invalid: list[I
         lines = []
     elif protocol == "responses":
         lines = describe_response(result, style)
+    elif protocol == "anthropic":
+        lines = describe_message(result, style)
     elif protocol == "gemini":
         lines = describe_gemini(result, style)
     elif protocol == "completions":
@@ -667,7 +703,8 @@ def _print_summary(protocol: str, result: Any, accumulator: Any, invalid: list[I
     else:
         lines = describe_completion(result, style)
     if not lines:
-        lines = [f"no {'completion' if protocol in ('chat', 'completions') else 'response'} in the stream"]
+        noun = {"chat": "completion", "completions": "completion", "anthropic": "message"}.get(protocol, "response")
+        lines = [f"no {noun} in the stream"]
     counts = f"{_plural(accumulator.events, 'event')}, {accumulator.unknown_events} not used"
     if invalid:
         counts += f", {len(invalid)} invalid"
@@ -819,7 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("file", metavar="FILE", help="the recording; - reads stdin")
     parse.add_argument(
-        "--protocol", choices=("responses", "chat", "gemini", "completions", "realtime"),
+        "--protocol", choices=("responses", "chat", "anthropic", "gemini", "completions", "realtime"),
         help="the stream's protocol (default: detected from the first events)",
     )  # fmt: skip
     output = parse.add_mutually_exclusive_group()

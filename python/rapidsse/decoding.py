@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal, Union
 
 import msgspec
 
-from . import _native, chat, completions, gemini, realtime, responses
+from . import _native, anthropic, chat, completions, gemini, realtime, responses
 from ._backend import core as _backend_core
 from ._pure.framing import Framer
 from ._pure.guard import Exclusive
@@ -44,7 +44,7 @@ __all__ = [
     "iter_realtime",
 ]
 
-Protocol = Literal["responses", "chat", "gemini", "completions"]
+Protocol = Literal["responses", "chat", "anthropic", "gemini", "completions"]
 OnError = Literal["raise", "skip", "keep"]
 _DONE = b"[DONE]"
 
@@ -82,10 +82,11 @@ _SCHEMAS = {
     "realtime": _Schema("realtime", realtime, tagged=True),
     "gemini": _Schema("gemini", gemini, tagged=False),
     "completions": _Schema("completions", completions, tagged=False),
+    "anthropic": _Schema("anthropic", anthropic, tagged=True),
 }
 
 # The protocols of `EventDecoder`, and those whose stream `data: [DONE]` ends.
-_SSE_PROTOCOLS = ("responses", "chat", "gemini", "completions")
+_SSE_PROTOCOLS = ("responses", "chat", "anthropic", "gemini", "completions")
 _DONE_PROTOCOLS = frozenset(["chat", "completions"])
 
 
@@ -241,26 +242,27 @@ class _PyEventCore:
 
 
 def _is_error_event(event: Any) -> bool:
-    if isinstance(event, (responses.Error, realtime.Error)):
+    if isinstance(event, (responses.Error, realtime.Error, anthropic.Error)):
         return True
     chunk_types = (chat.ChatCompletionChunk, gemini.GenerateContentResponse, completions.Completion)
     return isinstance(event, chunk_types) and event.error is not None
 
 
 class EventDecoder:
-    """Push-style decoder of a Responses, Chat Completions, Gemini or Completions SSE stream into
-    typed events.
+    """Push-style decoder of a Responses, Chat Completions, Anthropic Messages, Gemini or
+    Completions SSE stream into typed events.
 
     ``feed(data) -> list`` takes the next chunk of bytes and returns the typed events it completed
-    (``rapidsse.responses`` / ``rapidsse.chat`` / ``rapidsse.gemini`` / ``rapidsse.completions``
-    Structs, :class:`UnknownEvent` for unknown types, :class:`InvalidEvent` with
-    ``on_error="keep"``). ``close()`` ends the stream. For Chat and Completions, ``data: [DONE]``
+    (``rapidsse.responses`` / ``rapidsse.chat`` / ``rapidsse.anthropic`` / ``rapidsse.gemini`` /
+    ``rapidsse.completions`` Structs, :class:`UnknownEvent` for unknown types, :class:`InvalidEvent`
+    with ``on_error="keep"``). ``close()`` ends the stream. For Chat and Completions, ``data: [DONE]``
     ends it: it is not returned, ``done`` becomes true and later input is ignored.
 
     ``on_error``: ``"raise"`` (default) raises :class:`DecodeError` for a bad payload, with the
     events decoded before it in that chunk in ``err.events``; ``"skip"`` drops it; ``"keep"`` returns
     it as an :class:`InvalidEvent`. ``raise_on_error_event=True`` raises :class:`StreamError` for an
-    ``error`` event (Responses) or a chunk with an ``error`` object (Chat, Gemini, Completions).
+    ``error`` event (Responses, Anthropic) or a chunk with an ``error`` object (Chat, Gemini,
+    Completions).
 
     >>> dec = EventDecoder("responses")
     >>> dec.feed(b'data: {"type":"response.output_text.delta","delta":"Hi"}\\n\\n')[0].delta
@@ -281,7 +283,7 @@ class EventDecoder:
     ) -> None:
         if protocol not in _SSE_PROTOCOLS:
             raise ValueError(
-                f"protocol must be 'responses', 'chat', 'gemini' or 'completions', not {protocol!r}"
+                f"protocol must be 'responses', 'chat', 'anthropic', 'gemini' or 'completions', not {protocol!r}"
                 " (realtime: decode_realtime)"
             )
         if on_error not in ("raise", "skip", "keep"):
@@ -292,7 +294,11 @@ class EventDecoder:
         native = _backend_core()
         if native is not None:
             known = list(schema.event_types) if schema.tagged else None
-            builder = _native.native_schema(native, schema.event) if _native.ENABLED else None
+            builder = (
+                _native.native_schema(native, schema.event, tagged_unions=protocol == "anthropic")
+                if _native.ENABLED
+                else None
+            )
             self._core: Any = native.EventDecoder(
                 max_event_size, known, schema.decode_lines, careful, done_marker, builder
             )
@@ -389,18 +395,26 @@ async def aiter_events(
     decoder.close()
 
 
+# Anthropic event types no other protocol uses (``ping`` and ``error`` tell nothing).
+_ANTHROPIC_ONLY = frozenset(anthropic.EVENT_TYPES) - {"ping", "error"}
+
+
 def detect_protocol(head: bytes) -> str | None:
     """The protocol of a recorded stream from its first bytes: ``"realtime"`` for JSON lines;
-    for SSE ``"responses"`` when an event is named ``response.*`` or its JSON has a string
-    ``type``, ``"completions"`` for a ``text_completion`` object (or ``choices`` whose first
-    entry has ``text`` and no ``delta``), ``"chat"`` for ``[DONE]`` or JSON with ``choices`` or
-    a ``chat.completion*`` object, ``"gemini"`` for JSON with ``candidates``, ``usageMetadata``,
-    ``promptFeedback`` or ``modelVersion``. None when the bytes tell nothing (yet)."""
+    for SSE ``"anthropic"`` when an event is named (or typed) ``message_start``, ``content_block_*``,
+    ``message_delta`` or ``message_stop``, ``"responses"`` when an event is named ``response.*`` or
+    its JSON has another string ``type``, ``"completions"`` for a ``text_completion`` object (or
+    ``choices`` whose first entry has ``text`` and no ``delta``), ``"chat"`` for ``[DONE]`` or JSON
+    with ``choices`` or a ``chat.completion*`` object, ``"gemini"`` for JSON with ``candidates``,
+    ``usageMetadata``, ``promptFeedback`` or ``modelVersion``. None when the bytes tell nothing
+    (yet)."""
     if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
         return "realtime"
     from .framing import SSEDecoder  # the live backend's
 
     for event in SSEDecoder(None).feed(head):
+        if event.event in _ANTHROPIC_ONLY:
+            return "anthropic"
         if event.event.startswith("response."):
             return "responses"
         if event.data == "[DONE]":
@@ -415,6 +429,8 @@ def detect_protocol(head: bytes) -> str | None:
             return "completions"
         if "choices" in obj or str(obj.get("object") or "").startswith("chat.completion"):
             return "chat"
+        if obj.get("type") in _ANTHROPIC_ONLY:
+            return "anthropic"
         if "type" not in obj and any(k in obj for k in _GEMINI_KEYS):
             return "gemini"
         if isinstance(obj.get("type"), str):

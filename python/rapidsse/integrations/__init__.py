@@ -9,7 +9,8 @@ Each submodule imports its third-party package only when it is imported itself:
 - :mod:`rapidsse.integrations.aiohttp`: ``aiter_sse`` / ``aiter_events`` over an
   ``aiohttp.ClientResponse``;
 - :mod:`rapidsse.integrations.openai`: parse the raw body of an openai SDK streaming response, and
-  convert rapidsse's final objects to the SDK's pydantic models.
+  convert rapidsse's final objects to the SDK's pydantic models;
+- :mod:`rapidsse.integrations.anthropic`: the same for the anthropic SDK (Messages streams).
 
 (Inside this package the submodule names match the packages they wrap; they import those packages
 absolutely, so ``import httpx`` there is the real httpx.)

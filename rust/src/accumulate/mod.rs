@@ -5,6 +5,7 @@
 //! - [`RealtimeAccumulator`]: Realtime server events -> `{response_id: realtime response}`;
 //! - [`GeminiAccumulator`]: Gemini `GenerateContentResponse` chunks -> one `GenerateContentResponse`;
 //! - [`CompletionsAccumulator`]: legacy Completions chunks -> one `text_completion`.
+//! - [`AnthropicAccumulator`]: Anthropic Messages events -> a `Message` object.
 //!
 //! Each takes one event's JSON payload per [`add_json`](ResponseAccumulator::add_json) call
 //! (the SSE `data`, or one WebSocket message) and hands back the object built so far as
@@ -53,6 +54,7 @@ use serde_json::{Map, Value};
 
 use crate::framing::{Framer, RawEvent, Sink, Wholes};
 
+mod anthropic;
 mod chat;
 mod completions;
 mod fast;
@@ -65,6 +67,7 @@ pub(crate) use fast::Shape;
 mod realtime;
 mod responses;
 
+pub use anthropic::AnthropicAccumulator;
 pub use chat::ChatAccumulator;
 pub use completions::CompletionsAccumulator;
 pub use gemini::GeminiAccumulator;
@@ -174,6 +177,27 @@ impl_accumulate!(ChatAccumulator);
 impl_accumulate!(RealtimeAccumulator);
 impl_accumulate!(GeminiAccumulator);
 impl_accumulate!(CompletionsAccumulator);
+impl_accumulate!(
+    AnthropicAccumulator,
+    #[inline]
+    fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        AnthropicAccumulator::add_framed(self, bytes, max_line)
+    },
+    fn framed_name(&self) -> &[u8] {
+        b"content_block_delta"
+    },
+    #[inline]
+    fn takes_framed(&self) -> bool {
+        true
+    },
+    fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
+        AnthropicAccumulator::framed_prefix(self, bytes, max_line)
+    }
+);
 
 /// A payload an accumulator refused while tapping (see [`Tap`]).
 #[derive(Debug)]

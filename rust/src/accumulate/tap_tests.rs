@@ -326,3 +326,103 @@ fn the_corpus_is_the_same_both_ways() {
     assert!(files > 10, "{files} recordings");
     assert!(taken > 1000, "{taken} events taken whole");
 }
+
+/// [`same_both_ways`] for the Anthropic accumulator.
+fn anthropic_both_ways(
+    bytes: &[u8],
+    size: usize,
+    cap: Option<usize>,
+    text_cap: Option<usize>,
+) -> u64 {
+    let chunks = split(bytes, size);
+    let expected = plain(AnthropicAccumulator::with_text_cap(text_cap), cap, &chunks);
+    let (got, taken) = tapped(AnthropicAccumulator::with_text_cap(text_cap), cap, &chunks);
+    assert_eq!(
+        got,
+        expected,
+        "chunks of {size}, cap {cap:?}, text cap {text_cap:?}:\n{}",
+        String::from_utf8_lossy(bytes)
+    );
+    taken
+}
+
+fn anthropic_recordings() -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = std::fs::read_dir(corpus_dir("anthropic"))
+        .unwrap()
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn anthropic_corpus_is_the_same_both_ways() {
+    let mut taken = 0;
+    for bytes in anthropic_recordings() {
+        for &size in &[1, 7, 64, 512, usize::MAX] {
+            taken += anthropic_both_ways(&bytes, size, Some(16 << 20), None);
+        }
+        for text_cap in [Some(0), Some(10), Some(300)] {
+            anthropic_both_ways(&bytes, 100, Some(16 << 20), text_cap);
+        }
+    }
+    assert!(taken > 1000, "{taken} events taken whole");
+}
+
+#[test]
+fn anthropic_line_caps_and_odd_framing_are_the_same_both_ways() {
+    let recordings = anthropic_recordings();
+    let base = recordings
+        .iter()
+        .max_by_key(|r| r.len() < 30_000 && r.len() > 10_000)
+        .unwrap();
+    let text = String::from_utf8(base.clone()).unwrap();
+    for cap in (60..400).step_by(7) {
+        for size in [97, 512] {
+            anthropic_both_ways(base, size, Some(cap), None);
+        }
+    }
+    let variants = [
+        text.replace("\n\n", "\r\n\r\n"),
+        text.replace("data: ", "data:"),
+        text.replacen("event: content_block_delta\n", "", 12),
+        text.replacen("event: content_block_delta\n", "event: other\n", 9),
+        text.replacen("\n\n", "\n\n: keep-alive\n\n", 15),
+        text.replacen("\n\n", "\nid: 7\n\n", 15),
+        text.replacen("\ndata: ", "\ndata: {}\ndata: ", 15),
+        text.replacen("\"index\":1", "\"index\":01", 14),
+        text.replacen("\"text\":\"", "\"text\":\"\\ud800", 5),
+        text.replacen("\"text\":\"", "\"text\":\"\t", 5),
+        text.replacen("}}", "},\"x\":1}", 5),
+    ];
+    for variant in &variants {
+        for &size in &[1, 3, 64, 300, 512, usize::MAX] {
+            anthropic_both_ways(variant.as_bytes(), size, Some(16 << 20), None);
+        }
+    }
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let edits: &[u8] = b"\r\n\"\\}{:, a1\x00\x1f\xff\xc3\xa9";
+    for _ in 0..300 {
+        let mut s = base.clone();
+        for _ in 0..1 + next() % 4 {
+            let at = (next() % s.len() as u64) as usize;
+            let b = edits[(next() % edits.len() as u64) as usize];
+            match next() % 3 {
+                0 => s[at] = b,
+                1 => s.insert(at, b),
+                _ => {
+                    s.remove(at);
+                }
+            }
+        }
+        let size = [1, 2, 50, 299, 512, 4096][(next() % 6) as usize];
+        let cap = [Some(16 << 20), Some(180), None][(next() % 3) as usize];
+        anthropic_both_ways(&s, size, cap, None);
+    }
+}

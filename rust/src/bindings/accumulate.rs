@@ -10,8 +10,9 @@ use super::framing::framing_error;
 use super::structs::{exact_str, optional_index, to_value, ClassSlots, Slot};
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
-    text_field, Accumulate, AccumulateError, ChatAccumulator, CompletionsAccumulator,
-    GeminiAccumulator, RealtimeAccumulator, ResponseAccumulator, StreamEvent, Tap, TextEvent,
+    text_field, Accumulate, AccumulateError, AnthropicAccumulator, ChatAccumulator,
+    CompletionsAccumulator, GeminiAccumulator, RealtimeAccumulator, ResponseAccumulator,
+    StreamEvent, Tap, TextEvent,
 };
 use crate::framing::Framer;
 
@@ -98,6 +99,7 @@ impl AddTyped for ChatAccumulator {}
 impl AddTyped for RealtimeAccumulator {}
 impl AddTyped for GeminiAccumulator {}
 impl AddTyped for CompletionsAccumulator {}
+impl AddTyped for AnthropicAccumulator {}
 
 impl AddTyped for ResponseAccumulator {
     /// Text deltas, the bulk of a stream, and the `.done` events that end them are read field
@@ -613,4 +615,9 @@ accumulator_core!(
     CompletionsCore,
     CompletionsAccumulator,
     "Completions accumulator core."
+);
+accumulator_core!(
+    AnthropicCore,
+    AnthropicAccumulator,
+    "Anthropic Messages accumulator core."
 );

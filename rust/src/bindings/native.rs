@@ -11,7 +11,8 @@
 //!
 //! It only builds what msgspec would build, equal field by field: on anything else it
 //! declines and the payload goes to msgspec as before. It declines an unknown tag, a field of a
-//! type it does not handle (a tagged union, a dict, `Any`, a literal, a constrained type), a
+//! type it does not handle (a dict, `Any`, a literal, a constrained type), a nested tagged
+//! union whose tag is not the first key or not one of its classes', a
 //! missing required field, a duplicate key, a key or string it would have to think about (an
 //! escape in a key, a lone surrogate, a raw control character, invalid UTF-8), an integer
 //! beyond 64 bits, a non-finite float, and broken JSON. The schemas are described by Python
@@ -50,10 +51,18 @@ struct Node {
     mask: u8,
     item: Option<Box<Node>>,
     strukt: usize,
+    /// A tagged union of Structs (with `STRUCT` in `mask`, and no `strukt`): its tag key and
+    /// the class of each tag.
+    tags: Option<Box<Tags>>,
     /// The string cache slot of this node (every node admitting strings has one).
     cache: usize,
     /// The integer cache slot of this node (every node admitting ints has one).
     int_cache: usize,
+}
+
+struct Tags {
+    field: Box<[u8]>,
+    classes: HashMap<Box<[u8]>, usize>,
 }
 
 enum Default {
@@ -107,6 +116,11 @@ struct Work {
     ints: Vec<CachedInt>,
     last_tag: Vec<u8>,
     last_struct: usize,
+    /// The last nested tag read, its union (the `Tags`' address) and its class: a run of
+    /// deltas of one type is built without a lookup.
+    nested_tag: Vec<u8>,
+    nested_union: usize,
+    nested_struct: usize,
 }
 
 #[derive(Default)]
@@ -225,7 +239,13 @@ impl Schema {
             schema.root = Some(roots.extract()?);
         }
         let n = schema.structs.len();
-        let in_range = |node: &Node| node.strukt == usize::MAX || node.strukt < n;
+        let in_range = |node: &Node| {
+            (node.strukt == usize::MAX || node.strukt < n)
+                && node
+                    .tags
+                    .as_ref()
+                    .is_none_or(|t| t.classes.values().all(|&i| i < n))
+        };
         let valid = schema.structs.iter().all(|s| {
             s.fields
                 .iter()
@@ -296,7 +316,22 @@ impl Schema {
     }
 
     fn node(&mut self, described: &Bound<'_, PyAny>) -> PyResult<Node> {
-        let (mask, item, strukt): (u8, Bound<'_, PyAny>, isize) = described.extract()?;
+        let (mask, item, strukt, tagged): (u8, Bound<'_, PyAny>, isize, Bound<'_, PyAny>) =
+            described.extract()?;
+        let tags = if tagged.is_none() {
+            None
+        } else {
+            let (field, described): (String, Bound<'_, PyDict>) = tagged.extract()?;
+            let mut classes = HashMap::new();
+            for (tag, index) in described.iter() {
+                let tag: String = tag.extract()?;
+                classes.insert(tag.into_bytes().into_boxed_slice(), index.extract()?);
+            }
+            Some(Box::new(Tags {
+                field: field.into_bytes().into_boxed_slice(),
+                classes,
+            }))
+        };
         let item = if item.is_none() {
             None
         } else {
@@ -314,6 +349,7 @@ impl Schema {
             mask,
             item,
             strukt: usize::try_from(strukt).unwrap_or(usize::MAX),
+            tags,
             cache,
             int_cache,
         })
@@ -327,6 +363,9 @@ impl Schema {
                 ints: (0..self.int_caches).map(|_| CachedInt::default()).collect(),
                 last_tag: Vec::new(),
                 last_struct: usize::MAX,
+                nested_tag: Vec::new(),
+                nested_union: 0,
+                nested_struct: usize::MAX,
             },
             shape: Shape::default(),
         }
@@ -608,7 +647,9 @@ impl Schema {
             return hole;
         }
         let (old_first, new_first) = (c.old[b.value.start], c.new[n.value.start]);
-        if old_first == b'{' && new_first == b'{' && node.mask & STRUCT != 0 {
+        // (A tagged union's member stays a hole, read as the member-by-member path reads it.)
+        if old_first == b'{' && new_first == b'{' && node.mask & STRUCT != 0 && node.tags.is_none()
+        {
             return self
                 .cut(
                     c,
@@ -629,7 +670,7 @@ impl Schema {
             ) else {
                 return hole;
             };
-            if item_node.mask & STRUCT == 0 {
+            if item_node.mask & STRUCT == 0 || item_node.tags.is_some() {
                 return hole;
             }
             // SAFETY: `value` is the list the member-by-member path built from this member,
@@ -813,7 +854,25 @@ impl Schema {
             }
             b'{' if mask & STRUCT != 0 && depth < MAX_DEPTH => {
                 lx.eat(b'{');
-                self.object(py, lx, state, node.strukt, true, depth + 1)
+                let Some(tags) = &node.tags else {
+                    return self.object(py, lx, state, node.strukt, true, depth + 1);
+                };
+                // A tagged union: the tag must be the first key (else msgspec decides).
+                if lx.plain_string()? != &tags.field[..] || !lx.eat(b':') {
+                    return None;
+                }
+                let tag = lx.plain_string()?;
+                let union = std::ptr::from_ref::<Tags>(tags) as usize;
+                let index = if state.nested_union == union && same(&state.nested_tag, tag) {
+                    state.nested_struct
+                } else {
+                    let index = *tags.classes.get(tag)?;
+                    state.nested_tag.clear();
+                    state.nested_tag.extend_from_slice(tag);
+                    (state.nested_union, state.nested_struct) = (union, index);
+                    index
+                };
+                self.object(py, lx, state, index, false, depth + 1)
             }
             _ => None,
         }

@@ -1,0 +1,965 @@
+//! The Anthropic Messages accumulator: stream events in, a `Message` out.
+//!
+//! It builds what the anthropic SDK's `MessageStream.get_final_message()` builds
+//! (`anthropic/lib/streaming/_beta_messages.py`, `accumulate_event`), and keeps what the SDK's
+//! models drop; the differences are marked **(SDK: ...)**.
+//!
+//! - `message_start`: its `message` object, whole, is the top level; blocks already in its
+//!   `content` come first. A later `message_start` is ignored, counted in `unknown_events()`.
+//! - `content_block_start`: its `content_block` is appended to `content` (whatever its
+//!   `index`, as the SDK does). A `fallback` block sets the message's `model` to its
+//!   `to.model`, as the beta SDK does.
+//! - `content_block_delta`, on the block at list position `index`, by `delta.type`:
+//!   `text_delta` appends to a `text` block's `text`; `thinking_delta` to a `thinking` block's
+//!   `thinking`; `signature_delta` replaces its `signature`; `citations_delta` appends its
+//!   `citation` to a `text` block's `citations` (created when null or missing);
+//!   `compaction_delta` sets a `compaction` block's `content` and `encrypted_content` (null
+//!   when absent); `input_json_delta` appends `partial_json` to the input JSON of a
+//!   `tool_use`, `server_tool_use` or `mcp_tool_use` block. A delta of another type, or on a
+//!   block of another type, changes nothing; an unknown delta type counts in
+//!   `unknown_events()`. A delta for a block that does not exist pushes
+//!   `"content_block_delta: no content block at index {index}"` **(SDK: raises)**.
+//! - A tool block's `input` is its input JSON parsed with jiter's partial mode (what the SDK
+//!   does after every delta; here once, at `content_block_stop`, or at the snapshot for a block
+//!   that has not stopped): a stream cut mid-JSON gives the partial parse. No input JSON leaves
+//!   the block's own `input`. Input JSON that does not parse even partially (or holds `NaN`)
+//!   leaves it too and, at `content_block_stop`, pushes
+//!   `"content_block_stop: the input JSON of block {index} does not parse"` **(SDK: raises)**.
+//! - `message_delta`: the message takes its delta's `stop_reason`, `stop_sequence` and
+//!   `stop_details` (null when absent), and every other key of the delta, and its own
+//!   `context_management` and `input_transformations`, when not null; its `usage` updates the
+//!   message's `usage` key by key, each non-null value replacing ours **(SDK: only the keys
+//!   its model knows)**.
+//! - `ping`, unknown event types and a repeated `message_start` count in `unknown_events()`;
+//!   `message_stop` and `content_block_stop` change nothing else. `error` events push
+//!   `"error event: {error.message}"` and count in `unknown_events()`.
+//! - An event of a used type whose read fields have the wrong types (or whose `content_block`,
+//!   `message` or `delta` is not an object) counts in `unknown_events()` with the warning
+//!   `"{type}: malformed event ignored"`.
+//! - Events before `message_start` **(SDK: raises)** push the warning
+//!   `"{type} before message_start"` once, and start a message
+//!   `{"type": "message", "role": "assistant", "content": []}`; a `message_start` coming after
+//!   them gives the top level and keeps the blocks.
+//! - A block, delta or citation given as an unknown-type wrapper
+//!   (`{"type": "__unknown__", "original_type": ..., "data": {...}}`, what a typed
+//!   `UnknownVariant` encodes to) is read as its `data`.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::lex::{same, Lexer};
+
+use super::{
+    append_text, error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError,
+    Rejected, Str, TextCap, DEFAULT_TEXT_CAP,
+};
+
+/// The fields of an event that are read.
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Str<'a>>,
+    index: Option<u64>,
+    #[serde(borrow)]
+    message: Option<&'a RawValue>,
+    #[serde(borrow)]
+    content_block: Option<&'a RawValue>,
+    #[serde(borrow)]
+    delta: Option<&'a RawValue>,
+    #[serde(borrow)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    context_management: Option<&'a RawValue>,
+    #[serde(borrow)]
+    input_transformations: Option<&'a RawValue>,
+}
+
+/// The fields of a content block delta that are read.
+#[derive(Deserialize, Default)]
+struct BlockDelta<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    text: Option<Str<'a>>,
+    #[serde(borrow)]
+    thinking: Option<Str<'a>>,
+    #[serde(borrow)]
+    signature: Option<Str<'a>>,
+    #[serde(borrow)]
+    partial_json: Option<Str<'a>>,
+    #[serde(borrow)]
+    citation: Option<&'a RawValue>,
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    encrypted_content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    original_type: Option<Str<'a>>,
+    #[serde(borrow)]
+    data: Option<&'a RawValue>,
+}
+
+/// The event types that change the message (a malformed one of these is warned about).
+const USED: [&str; 6] = [
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "error",
+];
+
+/// The block types whose `input` streams as `input_json_delta`s.
+const TOOL_INPUT_BLOCKS: [&str; 3] = ["tool_use", "server_tool_use", "mcp_tool_use"];
+
+/// The tag of a typed `UnknownVariant` once encoded.
+const UNKNOWN_TAG: &str = "__unknown__";
+
+/// One content block and, for a tool block, its input JSON so far.
+#[derive(Debug)]
+struct Block {
+    object: Map<String, Value>,
+    /// Its `type` (`""` when not a string).
+    kind: Box<str>,
+    /// The text a text block's `text` (a thinking block's `thinking`) grows in, kept out of
+    /// `object` (where its key keeps its place) so that a delta needs no lookup; None when
+    /// the block had no such string.
+    live: Option<(&'static str, String)>,
+    /// `Some` for a tool block; emptied once parsed into `input` at `content_block_stop`.
+    input_json: Option<String>,
+}
+
+/// Builds a `Message` from its stream events. See the module docs.
+#[derive(Debug)]
+pub struct AnthropicAccumulator {
+    /// The top level from `message_start`; its `content` is written from `blocks`.
+    message: Option<Map<String, Value>>,
+    /// Whether `message` came from a `message_start` (not implied by an earlier event).
+    started: bool,
+    blocks: Vec<Block>,
+    warnings: Vec<String>,
+    unknown_events: u64,
+    events: u64,
+    cap: TextCap,
+    /// Unescaped text of the quick path ([`quick_delta`]).
+    scratch: Vec<u8>,
+}
+
+impl Default for AnthropicAccumulator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AnthropicAccumulator {
+    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
+    pub fn new() -> Self {
+        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
+    }
+
+    /// An accumulator whose texts (a block's text, thinking, or tool input JSON) are capped at
+    /// `limit` bytes each (`None`: no cap); see [`AccumulateError::TextTooLarge`].
+    pub fn with_text_cap(limit: Option<usize>) -> Self {
+        AnthropicAccumulator {
+            message: None,
+            started: false,
+            blocks: Vec::new(),
+            warnings: Vec::new(),
+            unknown_events: 0,
+            events: 0,
+            cap: TextCap::new(limit),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// One event's JSON payload (the SSE `data`).
+    pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if let Some((index, delta)) = quick_delta(payload, &mut scratch) {
+            self.events += 1;
+            self.apply_delta(index, delta);
+            self.scratch = scratch;
+            return self.cap.check(self.events - 1);
+        }
+        self.scratch = scratch;
+        if is_done_marker(payload) {
+            return Ok(());
+        }
+        let event: Event<'_> = match parse_event(payload, self.events) {
+            Ok(event) => event,
+            Err(Rejected::Error(e)) => return Err(e),
+            Err(Rejected::Malformed(kind)) => {
+                self.events += 1;
+                self.malformed(&kind);
+                return Ok(());
+            }
+        };
+        self.events += 1;
+        let kind = event.kind.as_ref().map_or("", |k| &k.0);
+        match kind {
+            "message_start" => self.message_start(&event),
+            "content_block_start" => self.block_start(&event),
+            "content_block_delta" => self.block_delta(&event),
+            "content_block_stop" => self.block_stop(&event),
+            "message_delta" => self.message_delta(&event),
+            "message_stop" => {}
+            "error" => {
+                let message = raw_object(event.error).and_then(|mut e| e.remove("message"));
+                self.warnings.push(error_warning(message.as_ref()));
+                self.unknown_events += 1;
+            }
+            _ => self.unknown_events += 1,
+        }
+        self.cap.check(self.events - 1)
+    }
+
+    /// Raw SSE bytes at an event boundary (no CR among them): when they start with a whole
+    /// `content_block_delta` event that [`quick_delta`] reads (`event: content_block_delta`,
+    /// one `data: ` line within `max_line`, a blank line), it is added here, without the
+    /// framer, and the bytes it takes, its payload's range and the result are returned; None
+    /// otherwise (nothing added). The same result as framing it and adding its payload.
+    pub fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        let data = starting_with(bytes, FRAMED_PREFIX)?;
+        let len = memchr::memchr(b'\n', data)?;
+        if data.get(len + 1) != Some(&b'\n')
+            || len + 6 > max_line
+            || FRAMED_PREFIX.len() - 7 > max_line
+        {
+            return None;
+        }
+        let payload = &data[..len];
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let quick = quick_delta(payload, &mut scratch);
+        let Some((index, delta)) = quick else {
+            self.scratch = scratch;
+            return None;
+        };
+        self.events += 1;
+        self.apply_delta(index, delta);
+        self.scratch = scratch;
+        let start = FRAMED_PREFIX.len();
+        Some((
+            start + len + 2,
+            start..start + len,
+            self.cap.check(self.events - 1),
+        ))
+    }
+
+    /// Whether `bytes` (the end of a chunk, at an event boundary) starts an event that
+    /// [`add_framed`](Self::add_framed) could take, which the framer holds back for the next
+    /// chunk: a prefix of `event: content_block_delta\ndata: `, or those lines and a data line
+    /// so far with no CR or LF (but one ending `bytes`), no line over `max_line`.
+    pub fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
+        if FRAMED_PREFIX.len() - 7 > max_line || 6 > max_line {
+            return false;
+        }
+        let Some(data) = bytes.strip_prefix(FRAMED_PREFIX) else {
+            return FRAMED_PREFIX.starts_with(bytes);
+        };
+        let line = data.len() + 6;
+        match memchr::memchr2(b'\n', b'\r', data) {
+            None => line <= max_line,
+            Some(i) => i + 1 == data.len() && data[i] == b'\n' && line - 1 <= max_line,
+        }
+    }
+
+    fn malformed(&mut self, kind: &str) {
+        self.unknown_events += 1;
+        if USED.contains(&kind) {
+            self.warnings
+                .push(format!("{kind}: malformed event ignored"));
+        }
+    }
+
+    /// The message, implied (with a warning) when an event comes before `message_start`.
+    fn message_for(&mut self, kind: &str) -> &mut Map<String, Value> {
+        if self.message.is_none() {
+            self.warnings.push(format!("{kind} before message_start"));
+            let mut implied = Map::new();
+            implied.insert("type".to_owned(), Value::from("message"));
+            implied.insert("role".to_owned(), Value::from("assistant"));
+            implied.insert("content".to_owned(), Value::Array(Vec::new()));
+            self.message = Some(implied);
+        }
+        self.message.get_or_insert_with(Map::new)
+    }
+
+    fn message_start(&mut self, event: &Event<'_>) {
+        if self.started {
+            self.unknown_events += 1;
+            return;
+        }
+        let Some(mut message) = raw_object(event.message) else {
+            return self.malformed("message_start");
+        };
+        let earlier = std::mem::take(&mut self.blocks);
+        if let Some(Value::Array(content)) = message.get_mut("content") {
+            for block in std::mem::take(content) {
+                if let Value::Object(object) = unwrap_unknown(block) {
+                    self.blocks.push(Block::new(object));
+                }
+            }
+        } else {
+            message.insert("content".to_owned(), Value::Array(Vec::new()));
+        }
+        self.blocks.extend(earlier);
+        self.message = Some(message);
+        self.started = true;
+    }
+
+    fn block_start(&mut self, event: &Event<'_>) {
+        let block = event
+            .content_block
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .map(unwrap_unknown);
+        let Some(Value::Object(block)) = block else {
+            return self.malformed("content_block_start");
+        };
+        let fallback_model = (block.get("type").and_then(Value::as_str) == Some("fallback"))
+            .then(|| {
+                block
+                    .get("to")?
+                    .get("model")
+                    .filter(|m| m.is_string())
+                    .cloned()
+            })
+            .flatten();
+        let message = self.message_for("content_block_start");
+        if let Some(model) = fallback_model {
+            message.insert("model".to_owned(), model);
+        }
+        self.blocks.push(Block::new(block));
+    }
+
+    fn block_delta(&mut self, event: &Event<'_>) {
+        // (An object only: serde's derived struct would also take an array.)
+        let Some(raw) = event.delta.filter(|raw| raw.get().starts_with('{')) else {
+            return self.malformed("content_block_delta");
+        };
+        let Ok(mut delta) = serde_json::from_str::<BlockDelta<'_>>(raw.get()) else {
+            return self.malformed("content_block_delta");
+        };
+        if delta.kind.as_ref().is_some_and(|k| k.0 == UNKNOWN_TAG) {
+            let inner = delta.data.map(RawValue::get).filter(|d| d.starts_with('{'));
+            let Some(Ok(inner)) = inner.map(serde_json::from_str::<BlockDelta<'_>>) else {
+                return self.malformed("content_block_delta");
+            };
+            delta = inner;
+            if delta.original_type.is_some() {
+                self.unknown_events += 1;
+                return;
+            }
+        }
+        self.apply_delta(event.index.unwrap_or(0), delta);
+    }
+
+    /// A delta of a known or unknown type (not a wrapper) on the block at `index`.
+    fn apply_delta(&mut self, index: u64, delta: BlockDelta<'_>) {
+        self.message_for("content_block_delta");
+        let Some(block) = self.blocks.get_mut(index as usize) else {
+            self.warnings.push(format!(
+                "content_block_delta: no content block at index {index}"
+            ));
+            return;
+        };
+        let block_type = &*block.kind;
+        let cap = &mut self.cap;
+        match delta.kind.as_ref().map_or("", |k| &k.0) {
+            "text_delta" => {
+                if let (true, Some(text)) = (block_type == "text", delta.text) {
+                    block.append("text", &text.0, cap);
+                }
+            }
+            "thinking_delta" => {
+                if let (true, Some(text)) = (block_type == "thinking", delta.thinking) {
+                    block.append("thinking", &text.0, cap);
+                }
+            }
+            "signature_delta" => {
+                if let (true, Some(signature)) = (block_type == "thinking", delta.signature) {
+                    block.object.insert(
+                        "signature".to_owned(),
+                        Value::String(signature.0.into_owned()),
+                    );
+                }
+            }
+            "input_json_delta" => {
+                if let (Some(json), Some(piece)) = (&mut block.input_json, delta.partial_json) {
+                    if cap.admits(json.len(), piece.0.len()) {
+                        json.push_str(&piece.0);
+                    }
+                }
+            }
+            "citations_delta" => {
+                let citation = delta
+                    .citation
+                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+                    .map(unwrap_unknown);
+                if let (true, Some(citation)) = (block_type == "text", citation) {
+                    match block.object.get_mut("citations") {
+                        Some(Value::Array(list)) => list.push(citation),
+                        _ => {
+                            block
+                                .object
+                                .insert("citations".to_owned(), Value::Array(vec![citation]));
+                        }
+                    }
+                }
+            }
+            "compaction_delta" => {
+                if block_type == "compaction" {
+                    for (key, raw) in [
+                        ("content", delta.content),
+                        ("encrypted_content", delta.encrypted_content),
+                    ] {
+                        let value = raw
+                            .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                            .unwrap_or(Value::Null);
+                        block.object.insert(key.to_owned(), value);
+                    }
+                }
+            }
+            _ => self.unknown_events += 1,
+        }
+    }
+
+    fn block_stop(&mut self, event: &Event<'_>) {
+        let index = event.index.unwrap_or(0);
+        let Some(block) = self.blocks.get_mut(index as usize) else {
+            return;
+        };
+        let Some(json) = block.input_json.as_mut().filter(|j| !j.is_empty()) else {
+            return;
+        };
+        match parse_partial(json) {
+            Some(input) => {
+                block.object.insert("input".to_owned(), input);
+            }
+            None => self.warnings.push(format!(
+                "content_block_stop: the input JSON of block {index} does not parse"
+            )),
+        }
+        json.clear();
+    }
+
+    fn message_delta(&mut self, event: &Event<'_>) {
+        let delta = match event.delta {
+            None => Some(Map::new()),
+            Some(raw) => raw_object(Some(raw)),
+        };
+        let usage = match event.usage {
+            None => Some(Map::new()),
+            Some(raw) if raw.get() == "null" => Some(Map::new()),
+            Some(raw) => raw_object(Some(raw)),
+        };
+        let (Some(delta), Some(usage)) = (delta, usage) else {
+            return self.malformed("message_delta");
+        };
+        let message = self.message_for("message_delta");
+        for key in ["stop_reason", "stop_sequence", "stop_details"] {
+            message.insert(
+                key.to_owned(),
+                delta.get(key).cloned().unwrap_or(Value::Null),
+            );
+        }
+        for (key, value) in delta {
+            if !value.is_null() {
+                message.insert(key, value);
+            }
+        }
+        for (key, raw) in [
+            ("context_management", event.context_management),
+            ("input_transformations", event.input_transformations),
+        ] {
+            if let Some(value) = raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok()) {
+                if !value.is_null() {
+                    message.insert(key.to_owned(), value);
+                }
+            }
+        }
+        if usage.is_empty() {
+            return;
+        }
+        let ours = match message.get_mut("usage") {
+            Some(Value::Object(ours)) => ours,
+            _ => {
+                message.insert("usage".to_owned(), Value::Object(Map::new()));
+                match message.get_mut("usage") {
+                    Some(Value::Object(ours)) => ours,
+                    _ => return,
+                }
+            }
+        };
+        for (key, value) in usage {
+            if !value.is_null() {
+                ours.insert(key, value);
+            }
+        }
+    }
+
+    /// The `Message` built so far as JSON bytes (`None` before any event that implies one).
+    pub fn snapshot_json(&self) -> Option<Vec<u8>> {
+        let message = self.message.as_ref()?;
+        let mut out = Vec::with_capacity(256);
+        json::write_entries(&mut out, message, |out, key, value| {
+            if key == "content" {
+                json::write_list(out, &self.blocks, |out, _, block| block.write(out));
+            } else {
+                json::write_value(out, value);
+            }
+        });
+        Some(out)
+    }
+
+    /// Error events, malformed events, deltas without their block, input JSON that does not
+    /// parse, events before `message_start`, in order.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Events kept out of the result: `ping`, `error`, unknown types and deltas, malformed
+    /// events, a repeated `message_start`.
+    pub fn unknown_events(&self) -> u64 {
+        self.unknown_events
+    }
+
+    /// Events added.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+}
+
+impl Block {
+    fn new(mut object: Map<String, Value>) -> Block {
+        let kind: Box<str> = object
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .into();
+        let key = match &*kind {
+            "text" => Some("text"),
+            "thinking" => Some("thinking"),
+            _ => None,
+        };
+        let live = key.and_then(|key| match object.get_mut(key) {
+            Some(Value::String(text)) => Some((key, std::mem::take(text))),
+            _ => None,
+        });
+        Block {
+            object,
+            input_json: TOOL_INPUT_BLOCKS.contains(&&*kind).then(String::new),
+            kind,
+            live,
+        }
+    }
+
+    /// Appends `delta` to the string at `key` (see [`append_text`]).
+    #[inline]
+    fn append(&mut self, key: &'static str, delta: &str, cap: &mut TextCap) {
+        match &mut self.live {
+            Some((live_key, text)) if *live_key == key => {
+                if cap.admits(text.len(), delta.len()) {
+                    text.push_str(delta);
+                }
+            }
+            _ => append_text(&mut self.object, key, delta, cap),
+        }
+    }
+
+    /// The block's entries, the live text in its place.
+    fn write_with(&self, out: &mut Vec<u8>, input: Option<&Value>) {
+        let live = self.live.as_ref();
+        json::write_entries(out, &self.object, |out, key, value| match (live, input) {
+            (Some((live_key, text)), _) if *live_key == key => json::write_str(out, text),
+            (_, Some(input)) if key == "input" => json::write_value(out, input),
+            _ => json::write_value(out, value),
+        });
+    }
+
+    /// The block as JSON, with its input parsed from the input JSON of a block not stopped.
+    fn write(&self, out: &mut Vec<u8>) {
+        let input = self
+            .input_json
+            .as_deref()
+            .filter(|j| !j.is_empty())
+            .and_then(parse_partial);
+        let Some(input) = input else {
+            return self.write_with(out, None);
+        };
+        if !self.object.contains_key("input") {
+            let mut object = self.object.clone();
+            object.insert("input".to_owned(), input);
+            return json::write_object(out, object.iter());
+        }
+        self.write_with(out, Some(&input));
+    }
+}
+
+/// The SSE lines before a delta's payload, as Anthropic frames it.
+pub(crate) const FRAMED_PREFIX: &[u8] = b"event: content_block_delta\ndata: ";
+
+/// What a text, thinking or input JSON delta starts with, after its block index.
+const QUICK_DELTAS: [(&[u8], QuickKind); 3] = [
+    (br#","delta":{"type":"text_delta","text":"#, QuickKind::Text),
+    (
+        br#","delta":{"type":"thinking_delta","thinking":"#,
+        QuickKind::Thinking,
+    ),
+    (
+        br#","delta":{"type":"input_json_delta","partial_json":"#,
+        QuickKind::InputJson,
+    ),
+];
+
+#[derive(Clone, Copy)]
+enum QuickKind {
+    Text,
+    Thinking,
+    InputJson,
+}
+
+/// The quick path for the bulk of a stream: a `content_block_delta` payload written exactly
+/// as Anthropic writes it (`{"type":"content_block_delta","index":N,"delta":{"type":
+/// "text_delta","text":"..."}}`, or a thinking or input JSON delta, whitespace allowed only
+/// after the delta) read without serde: its index and delta, or None for anything else (then
+/// read the general way). It takes only what serde would read the same way: an index of
+/// digits within `u64`, a string the lexer validates (escapes, no control characters, no lone
+/// surrogate, UTF-8), and nothing after the closing braces but whitespace.
+fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, BlockDelta<'s>)> {
+    const HEAD: &[u8] = br#"{"type":"content_block_delta","index":"#;
+    let rest = starting_with(payload, HEAD)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || (digits > 1 && rest[0] == b'0') {
+        return None;
+    }
+    let mut index: u64 = 0;
+    for &d in &rest[..digits] {
+        index = index.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    let rest = &rest[digits..];
+    let (head, kind) = QUICK_DELTAS
+        .iter()
+        .find(|(head, _)| starting_with(rest, head).is_some())?;
+    let mut lx = Lexer::new(payload);
+    lx.seek(HEAD.len() + digits + head.len()); // before the string (its quote)
+    let text = lx.string(scratch)?;
+    if !(lx.eat(b'}') && lx.eat(b'}') && lx.at_end()) {
+        return None;
+    }
+    let text = if text.ascii {
+        // SAFETY: ASCII is UTF-8.
+        unsafe { std::str::from_utf8_unchecked(text.bytes) }
+    } else {
+        std::str::from_utf8(text.bytes).ok()?
+    };
+    let text = Some(Str(Cow::Borrowed(text)));
+    let kind_name = match kind {
+        QuickKind::Text => "text_delta",
+        QuickKind::Thinking => "thinking_delta",
+        QuickKind::InputJson => "input_json_delta",
+    };
+    let mut delta = BlockDelta {
+        kind: Some(Str(Cow::Borrowed(kind_name))),
+        ..BlockDelta::default()
+    };
+    match kind {
+        QuickKind::Text => delta.text = text,
+        QuickKind::Thinking => delta.thinking = text,
+        QuickKind::InputJson => delta.partial_json = text,
+    }
+    Some((index, delta))
+}
+
+/// What follows `prefix` in `bytes` if they start with it (compared without a `memcmp` call).
+#[inline(always)]
+fn starting_with<'b>(bytes: &'b [u8], prefix: &[u8]) -> Option<&'b [u8]> {
+    let head = bytes.get(..prefix.len())?;
+    same(head, prefix).then(|| &bytes[prefix.len()..])
+}
+
+/// A typed `UnknownVariant`'s encoding (`{"type": "__unknown__", "data": {...}}`) as its data.
+fn unwrap_unknown(value: Value) -> Value {
+    match value {
+        Value::Object(mut object)
+            if object.get("type").and_then(Value::as_str) == Some(UNKNOWN_TAG)
+                && object.get("data").is_some_and(Value::is_object) =>
+        {
+            object.remove("data").unwrap_or(Value::Null)
+        }
+        other => other,
+    }
+}
+
+/// Input JSON parsed with jiter's partial mode (incomplete strings dropped, as the SDK's
+/// `partial_mode=True`), or None when it does not parse.
+fn parse_partial(json: &str) -> Option<Value> {
+    jiter::JsonValue::parse_with_config(json.as_bytes(), false, jiter::PartialMode::On)
+        .ok()
+        .and_then(|v| to_value(&v))
+}
+
+/// A jiter value as a serde_json value (None for a non-finite float).
+fn to_value(value: &jiter::JsonValue<'_>) -> Option<Value> {
+    use jiter::JsonValue as J;
+    Some(match value {
+        J::Null => Value::Null,
+        J::Bool(b) => Value::Bool(*b),
+        J::Int(i) => Value::from(*i),
+        J::Float(f) => Value::Number(serde_json::Number::from_f64(*f)?),
+        J::Str(s) => Value::String(s.to_string()),
+        J::Array(items) => Value::Array(items.iter().map(to_value).collect::<Option<_>>()?),
+        J::Object(entries) => {
+            let mut map = Map::with_capacity(entries.len());
+            for (key, value) in entries.iter() {
+                map.insert(key.to_string(), to_value(value)?);
+            }
+            Value::Object(map)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accumulate::corpus_lines;
+
+    fn snapshot(acc: &AnthropicAccumulator) -> Value {
+        serde_json::from_slice(&acc.snapshot_json().expect("a snapshot")).unwrap()
+    }
+
+    fn feed(lines: &[&str]) -> AnthropicAccumulator {
+        let mut acc = AnthropicAccumulator::new();
+        for line in lines {
+            acc.add_json(line.as_bytes()).unwrap();
+        }
+        acc
+    }
+
+    #[test]
+    fn corpus_streams_build_a_message_from_their_deltas() {
+        let recordings = corpus_lines("anthropic");
+        assert_eq!(recordings.len(), 14);
+        for lines in recordings {
+            let payloads: Vec<&str> = lines
+                .iter()
+                .filter(|l| l.starts_with('{'))
+                .map(String::as_str)
+                .collect();
+            let acc = feed(&payloads);
+            let message = snapshot(&acc);
+            assert_eq!(message["type"], "message");
+            // Every text delta's text is in its block, in order.
+            let mut texts: Vec<String> = Vec::new();
+            for p in &payloads {
+                let v: Value = serde_json::from_str(p).unwrap();
+                if v["type"] == "content_block_start" {
+                    texts.push(v["content_block"]["text"].as_str().unwrap_or("").to_owned());
+                }
+                if v["delta"]["type"] == "text_delta" {
+                    let i = v["index"].as_u64().unwrap() as usize;
+                    texts[i].push_str(v["delta"]["text"].as_str().unwrap());
+                }
+            }
+            let content = message["content"].as_array().unwrap();
+            assert_eq!(content.len(), texts.len());
+            for (block, text) in content.iter().zip(&texts) {
+                if block["type"] == "text" {
+                    assert_eq!(block["text"], text.as_str());
+                }
+            }
+            assert!(acc.warnings().is_empty(), "{:?}", acc.warnings());
+        }
+    }
+
+    #[test]
+    fn the_quick_path_reads_what_serde_reads() {
+        let mut scratch = Vec::new();
+        let cases: [(&str, Option<(u64, &str)>); 12] = [
+            (
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+                Some((0, "Hi")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":12,"delta":{"type":"text_delta","text":"a\nb\u00e9"}}  "#,
+                Some((12, "a\nb\u{e9}")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"é"} }"#,
+                Some((1, "é")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}}"#,
+                Some((1, "{\"a\"")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":01,"delta":{"type":"text_delta","text":"x"}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":18446744073709551616,"delta":{"type":"text_delta","text":"x"}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"\ud800"}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x","more":1}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"},"index":2}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"}}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1.0,"delta":{"type":"text_delta","text":"x"}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"x"}}"#,
+                None,
+            ),
+        ];
+        for (payload, want) in cases {
+            let got = quick_delta(payload.as_bytes(), &mut scratch).map(|(index, d)| {
+                let text = d
+                    .text
+                    .or(d.thinking)
+                    .or(d.partial_json)
+                    .unwrap()
+                    .0
+                    .into_owned();
+                (index, text)
+            });
+            assert_eq!(got, want.map(|(i, t)| (i, t.to_owned())), "{payload}");
+        }
+        // On the corpus, every payload it takes gives the message the general path gives.
+        let mut taken = 0;
+        for lines in corpus_lines("anthropic") {
+            let mut quick = AnthropicAccumulator::new();
+            let mut general = AnthropicAccumulator::new();
+            for line in lines.iter().filter(|l| l.starts_with('{')) {
+                taken += usize::from(quick_delta(line.as_bytes(), &mut scratch).is_some());
+                quick.add_json(line.as_bytes()).unwrap();
+                let event: Event<'_> = serde_json::from_str(line).unwrap();
+                general.events += 1;
+                match event.kind.as_ref().map(|k| &*k.0) {
+                    Some("content_block_delta") => general.block_delta(&event),
+                    _ => {
+                        general.events -= 1;
+                        general.add_json(line.as_bytes()).unwrap();
+                    }
+                }
+            }
+            assert_eq!(quick.snapshot_json(), general.snapshot_json());
+            assert_eq!(quick.warnings(), general.warnings());
+            assert_eq!(quick.unknown_events(), general.unknown_events());
+        }
+        assert!(taken > 400, "{taken}");
+    }
+
+    #[test]
+    fn tool_input_is_the_partial_parse_of_its_json() {
+        let start = r#"{"type":"message_start","message":{"id":"m","content":[],"usage":{"input_tokens":3,"output_tokens":1}}}"#;
+        let block = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#;
+        let d1 = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\": [1, \"x"}}"#;
+        let d2 = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"y\", 2"}}"#;
+        let acc = feed(&[start, block, d1]);
+        assert_eq!(
+            snapshot(&acc)["content"][0]["input"],
+            serde_json::json!({"a": [1]})
+        );
+        let mut acc = feed(&[start, block, d1, d2]);
+        assert_eq!(
+            snapshot(&acc)["content"][0]["input"],
+            serde_json::json!({"a": [1, "xy", 2]})
+        );
+        acc.add_json(br#"{"type":"content_block_stop","index":0}"#)
+            .unwrap();
+        assert_eq!(
+            snapshot(&acc)["content"][0]["input"],
+            serde_json::json!({"a": [1, "xy", 2]})
+        );
+        let bad = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"nope"}}"#;
+        let mut acc = feed(&[start, block, bad]);
+        acc.add_json(br#"{"type":"content_block_stop","index":0}"#)
+            .unwrap();
+        assert_eq!(snapshot(&acc)["content"][0]["input"], serde_json::json!({}));
+        assert_eq!(
+            acc.warnings(),
+            ["content_block_stop: the input JSON of block 0 does not parse"]
+        );
+    }
+
+    #[test]
+    fn message_delta_updates_usage_key_by_key_and_citations_append() {
+        let acc = feed(&[
+            r#"{"type":"message_start","message":{"id":"m","content":[],"usage":{"input_tokens":3,"output_tokens":1,"cache_read_input_tokens":7}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"type":"char_location","cited_text":"a"}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"type":"__unknown__","original_type":"x","data":{"type":"x"}}}}"#,
+            r#"{"type":"content_block_delta","index":5,"delta":{"type":"text_delta","text":"lost"}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","extra":1},"usage":{"output_tokens":9,"input_tokens":null,"new_key":2}}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ]);
+        let m = snapshot(&acc);
+        assert_eq!(
+            m["usage"],
+            serde_json::json!({"input_tokens":3,"output_tokens":9,"cache_read_input_tokens":7,"new_key":2})
+        );
+        assert_eq!(m["stop_reason"], "end_turn");
+        assert_eq!(m["stop_sequence"], Value::Null);
+        assert_eq!(m["extra"], 1);
+        assert_eq!(
+            m["content"][0]["citations"],
+            serde_json::json!([{"type":"char_location","cited_text":"a"},{"type":"x"}])
+        );
+        assert_eq!(
+            acc.warnings(),
+            [
+                "content_block_delta: no content block at index 5",
+                "error event: Overloaded"
+            ]
+        );
+        assert_eq!(acc.unknown_events(), 1);
+    }
+
+    #[test]
+    fn hostile_payloads_are_errors_or_warnings_never_panics() {
+        let mut acc = AnthropicAccumulator::with_text_cap(Some(4));
+        for payload in [
+            &b"not json"[..],
+            b"[1]",
+            b"{\"type\":\"content_block_delta\",\"index\":\"x\"}",
+            b"{\"type\":\"content_block_start\",\"content_block\":3}",
+            b"{\"type\":\"message_delta\",\"usage\":[]}",
+            b"{\"type\":\"content_block_delta\",\"index\":18446744073709551615,\"delta\":{}}",
+            b"\xff",
+        ] {
+            let _ = acc.add_json(payload);
+        }
+        acc.add_json(br#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#)
+            .unwrap();
+        let err = acc
+            .add_json(br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"toolong"}}"#)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            AccumulateError::TextTooLarge { limit: 4, .. }
+        ));
+        assert!(acc.snapshot_json().is_some());
+    }
+}
