@@ -11,6 +11,7 @@ from ._backend import BACKEND
 from .errors import DecodeError, EventTooLarge, SSEError, StreamError
 from .framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder, aiter_sse, iter_sse
 from ._schema import UnknownEvent
+from ._wire import encode, extras
 from .decoding import (
     EventDecoder,
     InvalidEvent,
@@ -50,7 +51,9 @@ __all__ = [
     "aiter_events",
     "chat",
     "decode_realtime",
+    "encode",
     "encode_sse",
+    "extras",
     "iter_events",
     "iter_realtime",
     "realtime",

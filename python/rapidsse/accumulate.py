@@ -27,7 +27,9 @@ import msgspec
 
 from . import chat, realtime, responses
 from ._backend import core as _backend_core
-from ._schema import UnknownEvent, decode_lenient
+from ._schema import UnknownEvent
+from ._wire import decode as _decode_with_wire
+from ._wire import encode as _encode
 from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _check_size, _chunks, _finished
 from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
@@ -43,7 +45,8 @@ __all__ = [
     "stream_responses",
 ]
 
-_encode = msgspec.json.Encoder().encode
+# (`_encode`, rapidsse.encode, is also what the Rust cores write a typed event with when they do
+# not walk it.)
 
 # Texts this long come beside a Rust core's snapshot JSON rather than in it (see `_put_text`).
 _SPLICE_MIN = 1024
@@ -174,7 +177,7 @@ class _Accumulator(Generic[T]):
                 # back where they were, they are neither escaped nor unescaped.
                 raw, texts = parts
                 try:
-                    snapshot = decode_lenient(raw, self._snapshot_type)
+                    snapshot = _decode_with_wire(raw, self._snapshot_type)
                 except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                     snapshot = None  # decoded whole below, to report the error on the whole JSON
                 if snapshot is not None and all(_put_text(snapshot, path, text) for path, text in texts):
@@ -186,7 +189,7 @@ class _Accumulator(Generic[T]):
                 self._cached = None
             else:
                 try:
-                    self._cached = decode_lenient(raw, self._snapshot_type)
+                    self._cached = _decode_with_wire(raw, self._snapshot_type)
                 except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
                     # The server sent objects that do not fit the schema (e.g. a numeric id).
                     raise DecodeError(

@@ -38,12 +38,12 @@ from typing import Any, Callable
 import msgspec
 
 from .._schema import UnknownEvent
+from .._wire import encode as _encode
 from ..decoding import InvalidEvent
 from ..errors import DecodeError, EventTooLarge
 from .framing import Framer, as_bytes
 from .guard import Exclusive
 
-_encode = msgspec.json.Encoder().encode
 
 __all__ = ["ResponseCore", "ChatCore", "RealtimeCore"]
 
@@ -1350,7 +1350,7 @@ class _Core:
 
     def add(self, event: Any) -> None:
         """A typed event, by its JSON: ``UnknownEvent`` by its raw payload, another schema Struct
-        re-encoded; ``InvalidEvent`` was reported by the decoder already and is skipped."""
+        written back as received (:func:`rapidsse.encode`); ``InvalidEvent`` was reported by the decoder already and is skipped."""
         if isinstance(event, UnknownEvent):
             payload = event.raw
         elif isinstance(event, InvalidEvent):
