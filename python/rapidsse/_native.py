@@ -7,6 +7,12 @@ msgspec (see ``rust/src/bindings/native.rs``). This module tells it, from
 admits (None, str, int, float, bool, a list, a nested untagged Struct) and its default. A type
 the builder does not handle (a tagged union, a dict, ``Any``, a literal, a constrained type) is
 marked unsupported: an event with such a field present goes to msgspec.
+
+The hidden ``_wire`` field of :class:`rapidsse._schema.Model` (what came on the wire beyond the
+Struct's ``omit_defaults`` encoding, see :mod:`rapidsse._wire`) is described as default kind 4:
+the builder sets it itself (``docs/internals-fidelity.md``). Its type is ``Any`` (unsupported), so
+a payload that carries its JSON name goes to msgspec and the Python pass, which read it as an
+unknown member.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
+
+from ._schema import WIRE_NAME, Model, Wire
 
 #: ``RAPIDSSE_NATIVE_STRUCTS=0`` leaves every event to msgspec (to compare, or to rule the builder
 #: out when chasing a problem); read when a decoder is made.
@@ -50,7 +58,9 @@ class _Describer:
             return None
         out = []
         for f in st.fields:
-            if f.required:
+            if f.encode_name == WIRE_NAME and issubclass(st.cls, Model):
+                kind, default = 4, None
+            elif f.required:
                 kind, default = 0, None
             elif f.default_factory is not msgspec.NODEFAULT:
                 if f.default_factory is list:
@@ -110,5 +120,9 @@ def describe(event_type: Any) -> tuple[list[Any], dict[str, int] | int, str | No
 
 @functools.lru_cache(maxsize=None)
 def native_schema(core: Any, event_type: Any) -> Any:
-    """The ``NativeSchema`` of ``event_type`` for the extension module ``core`` (built once)."""
-    return core.NativeSchema(*describe(event_type))
+    """The ``NativeSchema`` of ``event_type`` for the extension module ``core`` (built once). It
+    makes the ``_wire`` values itself: :class:`~rapidsse._schema.Wire` objects, and
+    :data:`rapidsse._wire.DEEP` for a Struct exact itself holding one that is not."""
+    from ._wire import DEEP
+
+    return core.NativeSchema(*describe(event_type), wire=(Wire, DEEP))

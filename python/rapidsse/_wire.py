@@ -37,9 +37,10 @@ from ._schema import UNKNOWN_TAG, WIRE_NAME, Model, UnknownEvent, UnknownVariant
 
 __all__ = ["DEEP", "NATIVE_WIRE", "compute", "compute_lines", "decode", "encode", "extras"]
 
-#: Whether the Rust Struct builder (``rust/src/bindings/native.rs``) sets ``_wire`` itself. While
-#: it does not, decoders on the Rust backend leave every event to msgspec and this pass.
-NATIVE_WIRE = False
+#: Whether the Rust Struct builder (``rust/src/bindings/native.rs``) sets ``_wire`` itself (it
+#: does: ``docs/internals-fidelity.md``). False would leave every event of the Rust backend's
+#: decoders to msgspec and this pass.
+NATIVE_WIRE = True
 
 #: The ``_wire`` of a Struct that is exact itself but holds one that is not.
 DEEP = Wire()
