@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rapidsse
-from rapidsse import _native, _wire, chat, decoding, responses
+from rapidsse import _native, _wire, chat, decoding, realtime, responses
+from rapidsse._schema import decode_lenient
 
 from .conftest import chunked, corpus_files, native
 
@@ -542,3 +543,76 @@ def test_wire_objects_are_shared():
     raw = ("{" + DELTA + ',"delta":"x","x_vendor":"%d"}').encode()
     out = schema("responses").decode_each([raw % i for i in range(10)])
     assert [rapidsse.extras(e) for e in out] == [{"x_vendor": str(i)} for i in range(10)]
+
+
+# --- The native wire-info pass (``rust/src/bindings/wire.rs``) against the Python pass --------
+
+
+def _python_pass(obj: Any, payload: bytes, monkeypatch: Any) -> Any:
+    with monkeypatch.context() as m:
+        m.setattr(_wire, "_native_compute", None)
+        return _wire.compute(obj, payload)
+
+
+def _pass_agrees(protocol_module: Any, batch: list[bytes], monkeypatch: Any) -> int:
+    """Each payload decoded twice by msgspec (nested unknown types kept): the native pass gives
+    every Struct the ``_wire`` the Python pass gives it. Returns how many it took on."""
+    taken = 0
+    for payload in batch:
+        try:
+            ours = decode_lenient(payload, protocol_module.Event)
+            theirs = decode_lenient(payload, protocol_module.Event)
+            _python_pass(theirs, payload, monkeypatch)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if native.wire_compute(ours, payload):
+            taken += 1
+            deep_same(ours, theirs)
+    return taken
+
+
+def _realtime_payloads() -> list[bytes]:
+    out = []
+    for path in corpus_files("realtime"):
+        out += [line for line in path.read_bytes().splitlines() if line.strip()]
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat", "realtime"])
+def test_native_pass_is_the_python_pass_on_the_corpus(protocol, monkeypatch):
+    module = {"responses": responses, "chat": chat, "realtime": realtime}[protocol]
+    batch = _realtime_payloads() if protocol == "realtime" else payloads(protocol)
+    taken = _pass_agrees(module, batch, monkeypatch)
+    assert taken >= 0.99 * len(batch), (taken, len(batch))
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat"])
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_native_pass_is_the_python_pass_on_mutated_payloads(protocol, data, monkeypatch):
+    doc = _mutate(data.draw(st.sampled_from(_sample(protocol))), data.draw)
+    payload = msgspec.json.encode(doc)
+    if data.draw(st.booleans()):
+        payload = json.dumps(doc, separators=(", ", " : "), ensure_ascii=False).encode()
+    _pass_agrees(PROTOCOLS[protocol], [payload], monkeypatch)
+
+
+def test_native_pass_of_lines_is_the_python_pass(monkeypatch):
+    batch = [p for p in payloads("responses") if b'"item"' in p or b'"response"' in p][:300]
+    lines = b"\n".join(batch) + b"\n\n"
+    decode_lines = msgspec.json.Decoder(responses.Event).decode_lines
+    ours, theirs = decode_lines(lines), decode_lines(lines)
+    assert native.wire_compute_lines(ours, lines)
+    with monkeypatch.context() as m:
+        m.setattr(_wire, "_native_lines", None)
+        _wire.compute_lines(theirs, lines)
+    deep_same(ours, theirs)
+    assert any(e._wire is not None for e in ours)
+
+
+def test_native_pass_leaves_what_it_cannot_read_to_the_python_pass():
+    delta = ("{" + DELTA + ',"delta":"x"').encode()
+    for payload in [delta + rb',"x\u0061":1}', delta + b',"u":1,"u":2}', delta + b',"delta":"y"}']:
+        obj = msgspec.json.decode(payload, type=responses.Event)
+        assert not native.wire_compute(obj, payload)
+        assert _wire.compute(obj, payload) is obj  # the Python pass took it

@@ -126,3 +126,37 @@ def native_schema(core: Any, event_type: Any) -> Any:
     from ._wire import DEEP
 
     return core.NativeSchema(*describe(event_type), wire=(Wire, DEEP))
+
+
+# How the native wire-info pass (``rust/src/bindings/wire.rs``) tells a field at its default:
+# never (required), by identity (a None default), by ``==``, an empty list, an empty dict.
+_AT_NEVER, _AT_IDENTITY, _AT_EQUAL, _AT_EMPTY_LIST, _AT_EMPTY_DICT = 0, 1, 2, 3, 4
+
+
+def wire_class(cls: type) -> Any:
+    """What the native wire-info pass needs of the class ``cls`` (asked once per class):
+    None when it is no :class:`~rapidsse._schema.Model` (the pass does not look inside it), else
+    ``(tag_field, is_unknown_variant, fields)``, each field ``(attr, json_name, at_default_kind,
+    default, may_hold_a_struct)``, in field order and without ``_wire``: what
+    :mod:`rapidsse._wire`'s Python pass reads of the class, so that both give the same ``_wire``."""
+    from ._schema import UnknownVariant
+    from ._wire import _holds_struct
+
+    if not (isinstance(cls, type) and issubclass(cls, Model)):
+        return None
+    info = mi.type_info(cls)
+    fields = []
+    for f in info.fields:
+        if f.encode_name == WIRE_NAME:
+            continue
+        if f.required:
+            kind, default = _AT_NEVER, None
+        elif f.default_factory is not msgspec.NODEFAULT:
+            kind = {list: _AT_EMPTY_LIST, dict: _AT_EMPTY_DICT}.get(f.default_factory, _AT_NEVER)
+            default = None
+        elif f.default is None:
+            kind, default = _AT_IDENTITY, None
+        else:
+            kind, default = _AT_EQUAL, f.default
+        fields.append((f.name, f.encode_name, kind, default, _holds_struct(f.type)))
+    return (info.tag_field, issubclass(cls, UnknownVariant), fields)

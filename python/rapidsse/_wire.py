@@ -244,6 +244,8 @@ def compute(obj: Any, payload: Union[bytes, bytearray, memoryview, str], doc: An
     """
     if isinstance(obj, (Model, list, dict)):
         if doc is None:
+            if _native_compute is not None and _native_compute(obj, payload):
+                return obj
             doc = _decode_any(payload)
         _value(doc, obj, [], _Source(payload))
     return obj
@@ -253,6 +255,8 @@ def compute_lines(events: list[Any], lines: Union[bytes, bytearray]) -> list[Any
     """:func:`compute` for each event of ``msgspec.json.Decoder.decode_lines(lines)`` (one JSON
     payload a line), with one generic ``decode_lines`` for all. Returns ``events``."""
     lines = bytes(lines)  # the Rust core reuses its buffer
+    if _native_lines is not None and _native_lines(events, lines):
+        return events
     docs = _decode_any_lines(lines)
     payloads: Union[list[bytes], None] = None
     for i, event in enumerate(events):
@@ -265,6 +269,21 @@ def compute_lines(events: list[Any], lines: Union[bytes, bytearray]) -> list[Any
                 payloads = [line for line in lines.split(b"\n") if line.strip()]
             _struct(doc, event, [], _Source(payloads[i]))
     return events
+
+
+def _native_pass() -> tuple[Any, Any]:
+    """The Rust backend's wire-info pass (``rust/src/bindings/wire.rs``: the same ``_wire``, Struct
+    for Struct, as this module's; it answers False for what it leaves to this one), or Nones."""
+    from . import _native
+    from ._backend import core
+
+    native = core()
+    if native is None or not _native.ENABLED or not native.wire_setup((Wire, DEEP), _native.wire_class):
+        return None, None
+    return native.wire_compute, native.wire_compute_lines
+
+
+_native_compute, _native_lines = _native_pass()
 
 
 def wrap_lines(decode_lines: Callable[[Any], list[Any]]) -> Callable[[Any], list[Any]]:

@@ -67,7 +67,7 @@ enum Default {
 
 /// How a field's value is told to be at its default (`value == default`, as the Python pass
 /// `rapidsse._wire` asks it; an empty list or dict for those default factories).
-enum AtDefault {
+pub(crate) enum AtDefault {
     /// Equal only when it is the very default object: None; True or False for a field that
     /// admits no number; a small int (CPython keeps one of each, and the builder hands out
     /// those) for a field that admits no float or bool.
@@ -103,13 +103,13 @@ struct StructPlan {
 /// What the builder makes `_wire` values with: the `Wire` class (a frozen msgspec Struct of two
 /// fields, built as the schema classes are: its own `tp_alloc`, the slots written) and the
 /// shared `DEEP` (the `_wire` of a Struct exact itself that holds one that is not).
-struct WireKit {
+pub(crate) struct WireKit {
     cls: Py<PyType>,
     alloc: ffi::allocfunc,
     extra: usize,
     present: usize,
-    deep: Py<PyAny>,
-    empty: Py<PyAny>,
+    pub(crate) deep: Py<PyAny>,
+    pub(crate) empty: Py<PyAny>,
 }
 
 /// The schemas of one protocol, as the builder reads them. Shared by all decoders.
@@ -171,10 +171,10 @@ const SCORE_MAX: i8 = 16;
 const SCORE_OFF: i8 = -16;
 
 /// An owned reference, released on drop (what a declined, half-built object becomes).
-struct Owned(*mut ffi::PyObject);
+pub(crate) struct Owned(pub(crate) *mut ffi::PyObject);
 
 impl Owned {
-    fn new(ptr: *mut ffi::PyObject) -> Option<Owned> {
+    pub(crate) fn new(ptr: *mut ffi::PyObject) -> Option<Owned> {
         if ptr.is_null() {
             // SAFETY: called with the GIL held (every caller is under a `Python` token).
             unsafe { ffi::PyErr_Clear() };
@@ -184,7 +184,7 @@ impl Owned {
         }
     }
 
-    fn into_raw(self) -> *mut ffi::PyObject {
+    pub(crate) fn into_raw(self) -> *mut ffi::PyObject {
         let ptr = self.0;
         std::mem::forget(self);
         ptr
@@ -198,7 +198,7 @@ impl Drop for Owned {
     }
 }
 
-fn new_ref(ptr: *mut ffi::PyObject) -> Owned {
+pub(crate) fn new_ref(ptr: *mut ffi::PyObject) -> Owned {
     // SAFETY: `ptr` is a live object (None, True, False, a default value kept by the schema).
     unsafe { ffi::Py_IncRef(ptr) };
     Owned(ptr)
@@ -206,7 +206,7 @@ fn new_ref(ptr: *mut ffi::PyObject) -> Owned {
 
 impl WireKit {
     /// The kit of `(Wire, DEEP)`; None (no wire info) when `Wire`'s slots do not check out.
-    fn of(py: Python<'_>, kit: &Bound<'_, PyTuple>) -> PyResult<Option<WireKit>> {
+    pub(crate) fn of(py: Python<'_>, kit: &Bound<'_, PyTuple>) -> PyResult<Option<WireKit>> {
         let cls = kit.get_item(0)?.cast_into::<PyType>()?;
         let deep = kit.get_item(1)?.unbind();
         if !direct_reads(py) || cls.getattr("__itemsize__")?.extract::<isize>()? != 0 {
@@ -241,7 +241,7 @@ impl WireKit {
     }
 
     /// A new `Wire(extra, present)` (`extra` None when the bytes are None).
-    fn make(&self, extra: Option<&[u8]>, present: *mut ffi::PyObject) -> Option<Owned> {
+    pub(crate) fn make(&self, extra: Option<&[u8]>, present: *mut ffi::PyObject) -> Option<Owned> {
         // SAFETY: the class's own `tp_alloc`, a zeroed instance or NULL; each slot (checked
         // against `getattr`) written once with a new reference; objects made with the GIL held.
         unsafe {
@@ -265,9 +265,15 @@ impl WireKit {
 /// Whether `value` (a field's value, built or kept) equals the field's default, as the Python
 /// pass decides it (`value is default or value == default`; empty for the factories).
 fn at_default(field: &Field, value: *mut ffi::PyObject) -> bool {
+    field.at_default.holds(value)
+}
+
+impl AtDefault {
+    /// Whether `value` (a live object) is at this default.
+    pub(crate) fn holds(&self, value: *mut ffi::PyObject) -> bool {
     // SAFETY: `value` is a live object; type checks, sizes and a comparison with the GIL held.
     unsafe {
-        match &field.at_default {
+        match self {
             AtDefault::Identity(d) => value == d.as_ptr(),
             AtDefault::Equal(d) => {
                 value == d.as_ptr()
@@ -291,6 +297,7 @@ fn at_default(field: &Field, value: *mut ffi::PyObject) -> bool {
             AtDefault::Never => false,
         }
     }
+    }
 }
 
 /// What one object of a payload had beyond its Struct's `omit_defaults` encoding, as the
@@ -298,19 +305,19 @@ fn at_default(field: &Field, value: *mut ffi::PyObject) -> bool {
 /// of an object, `{"k":v,...}`, keys as sent, values byte for byte), and whether a Struct
 /// below it is not exact.
 #[derive(Default)]
-struct Deviation {
-    present: u64,
-    extra: Option<Vec<u8>>,
+pub(crate) struct Deviation {
+    pub(crate) present: u64,
+    pub(crate) extra: Option<Vec<u8>>,
     /// Where each unknown key lies in `extra`, to refuse a repeated one (the Python pass keeps
     /// one member per name: such a payload is left to it).
     keys: Vec<(u32, u32)>,
-    deep: bool,
+    pub(crate) deep: bool,
 }
 
 impl Deviation {
     /// Adds the unknown member `key` (its bytes between the quotes) with `value` (its JSON
     /// text); None when `key` was seen before or is not UTF-8.
-    fn unknown(&mut self, key: &[u8], value: &[u8]) -> Option<()> {
+    pub(crate) fn unknown(&mut self, key: &[u8], value: &[u8]) -> Option<()> {
         if !key.is_ascii() {
             std::str::from_utf8(key).ok()?;
         }
