@@ -27,7 +27,8 @@ import msgspec
 
 from . import chat, realtime, responses
 from ._backend import core as _backend_core
-from ._schema import UnknownEvent
+from ._schema import UnknownEvent, decode_lenient
+from ._wire import compute as _compute_wire
 from ._wire import decode as _decode_with_wire
 from ._wire import encode as _encode
 from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _check_size, _chunks, _finished
@@ -177,11 +178,12 @@ class _Accumulator(Generic[T]):
                 # back where they were, they are neither escaped nor unescaped.
                 raw, texts = parts
                 try:
-                    snapshot = _decode_with_wire(raw, self._snapshot_type)
+                    snapshot = decode_lenient(raw, self._snapshot_type)
                 except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                     snapshot = None  # decoded whole below, to report the error on the whole JSON
                 if snapshot is not None and all(_put_text(snapshot, path, text) for path, text in texts):
-                    self._cached = snapshot
+                    # Wire info once the texts are back: a text set aside is no default sent.
+                    self._cached = _compute_wire(snapshot, raw)
                     self._cached_at = events
                     return snapshot
             raw = self._core.snapshot_json()
