@@ -271,19 +271,22 @@ def compute_lines(events: list[Any], lines: Union[bytes, bytearray]) -> list[Any
     return events
 
 
-def _native_pass() -> tuple[Any, Any]:
+def _native_pass() -> tuple[Any, Any, Any]:
     """The Rust backend's wire-info pass (``rust/src/bindings/wire.rs``: the same ``_wire``, Struct
-    for Struct, as this module's; it answers False for what it leaves to this one), or Nones."""
+    for Struct, as this module's; it answers False for what it leaves to this one) and writer
+    (``wire_encode`` in ``rust/src/bindings/structs.rs``: JSON equal, as a value, to
+    :func:`encode`'s; None for what it leaves to it), or Nones (the pure-Python backend, or
+    ``RAPIDSSE_NATIVE_STRUCTS=0``)."""
     from . import _native
     from ._backend import core
 
     native = core()
     if native is None or not _native.ENABLED or not native.wire_setup((Wire, DEEP), _native.wire_class):
-        return None, None
-    return native.wire_compute, native.wire_compute_lines
+        return None, None, None
+    return native.wire_compute, native.wire_compute_lines, native.wire_encode
 
 
-_native_compute, _native_lines = _native_pass()
+_native_compute, _native_lines, _native_encode = _native_pass()
 
 
 def wrap_lines(decode_lines: Callable[[Any], list[Any]]) -> Callable[[Any], list[Any]]:
@@ -334,6 +337,10 @@ def encode(obj: Any) -> bytes:
             out = _encode(obj)
             if _MARKERS[0] not in out and _MARKERS[1] not in out:
                 return out
+        if _native_encode is not None:
+            native = _native_encode(obj)
+            if native is not None:
+                return native
         parts: list[bytes] = []
         _write_struct(obj, parts)
         return b"".join(parts)

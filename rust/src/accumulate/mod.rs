@@ -52,8 +52,8 @@ use serde_json::{Map, Value};
 use crate::framing::{Framer, RawEvent, Sink, Wholes};
 
 mod chat;
-mod fast;
-mod json;
+pub(crate) mod fast;
+pub(crate) mod json;
 pub use json::Step;
 #[cfg(test)]
 mod tap_tests;

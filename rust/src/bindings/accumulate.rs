@@ -7,7 +7,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 use serde_json::Value;
 
 use super::framing::framing_error;
-use super::structs::{exact_str, optional_index, to_value, ClassSlots, Slot};
+use super::structs::{exact_str, optional_index, to_value_as_received, ClassSlots, Slot};
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
     text_field, Accumulate, AccumulateError, ChatAccumulator, RealtimeAccumulator,
@@ -120,7 +120,7 @@ impl AddTyped for ResponseAccumulator {
         // Any other schema event as its JSON would parse, walked off the Struct (no encoding,
         // no parse).
         add_encoded(self, event, |acc| {
-            let Some(Value::Object(map)) = to_value(event) else {
+            let Some(Value::Object(map)) = to_value_as_received(event) else {
                 return None;
             };
             Some(acc.add_event(&StreamEvent::from_value(map)?))

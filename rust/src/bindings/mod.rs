@@ -90,6 +90,7 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<drain::Drain>()?;
     m.add_class::<native::NativeSchema>()?;
     m.add_function(wrap_pyfunction!(wire::wire_setup, m)?)?;
+    m.add_function(wrap_pyfunction!(structs::wire_encode, m)?)?;
     m.add_function(wrap_pyfunction!(wire::wire_compute, m)?)?;
     m.add_function(wrap_pyfunction!(wire::wire_compute_lines, m)?)?;
     m.add_class::<accumulate::ResponseCore>()?;
