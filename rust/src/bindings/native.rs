@@ -271,32 +271,32 @@ fn at_default(field: &Field, value: *mut ffi::PyObject) -> bool {
 impl AtDefault {
     /// Whether `value` (a live object) is at this default.
     pub(crate) fn holds(&self, value: *mut ffi::PyObject) -> bool {
-    // SAFETY: `value` is a live object; type checks, sizes and a comparison with the GIL held.
-    unsafe {
-        match self {
-            AtDefault::Identity(d) => value == d.as_ptr(),
-            AtDefault::Equal(d) => {
-                value == d.as_ptr()
-                    || match ffi::PyObject_RichCompareBool(value, d.as_ptr(), ffi::Py_EQ) {
-                        1 => true,
-                        0 => false,
-                        _ => {
-                            ffi::PyErr_Clear();
-                            false
+        // SAFETY: `value` is a live object; type checks, sizes and a comparison with the GIL held.
+        unsafe {
+            match self {
+                AtDefault::Identity(d) => value == d.as_ptr(),
+                AtDefault::Equal(d) => {
+                    value == d.as_ptr()
+                        || match ffi::PyObject_RichCompareBool(value, d.as_ptr(), ffi::Py_EQ) {
+                            1 => true,
+                            0 => false,
+                            _ => {
+                                ffi::PyErr_Clear();
+                                false
+                            }
                         }
-                    }
+                }
+                AtDefault::EmptyList => {
+                    ffi::Py_TYPE(value) == std::ptr::addr_of_mut!(ffi::PyList_Type)
+                        && ffi::PyList_Size(value) == 0
+                }
+                AtDefault::EmptyDict => {
+                    ffi::Py_TYPE(value) == std::ptr::addr_of_mut!(ffi::PyDict_Type)
+                        && ffi::PyDict_Size(value) == 0
+                }
+                AtDefault::Never => false,
             }
-            AtDefault::EmptyList => {
-                ffi::Py_TYPE(value) == std::ptr::addr_of_mut!(ffi::PyList_Type)
-                    && ffi::PyList_Size(value) == 0
-            }
-            AtDefault::EmptyDict => {
-                ffi::Py_TYPE(value) == std::ptr::addr_of_mut!(ffi::PyDict_Type)
-                    && ffi::PyDict_Size(value) == 0
-            }
-            AtDefault::Never => false,
         }
-    }
     }
 }
 
@@ -373,7 +373,11 @@ impl Schema {
             return Some(wire);
         }
         // SAFETY: None is a live object.
-        Some(new_ref(if dev.deep { kit.deep.as_ptr() } else { unsafe { ffi::Py_None() } }))
+        Some(new_ref(if dev.deep {
+            kit.deep.as_ptr()
+        } else {
+            unsafe { ffi::Py_None() }
+        }))
     }
 
     /// The `present` tuple of the fields of Struct `index` in `present` (their JSON names, in
@@ -677,11 +681,17 @@ impl Schema {
                     state.last_struct = index;
                     index
                 };
-                (self.object(py, &mut lx, state, index, false, 0, &mut false)?, index)
+                (
+                    self.object(py, &mut lx, state, index, false, 0, &mut false)?,
+                    index,
+                )
             }
             None => {
                 let index = self.root?;
-                (self.object(py, &mut lx, state, index, true, 0, &mut false)?, index)
+                (
+                    self.object(py, &mut lx, state, index, true, 0, &mut false)?,
+                    index,
+                )
             }
         };
         if !lx.at_end() {
@@ -708,8 +718,15 @@ impl Schema {
             return None;
         }
         let mut lx = Lexer::new(payload);
-        let obj =
-            self.build_shaped(py, state, &shape.learned, &shape.root, &mut lx, 0, &mut false)?;
+        let obj = self.build_shaped(
+            py,
+            state,
+            &shape.learned,
+            &shape.root,
+            &mut lx,
+            0,
+            &mut false,
+        )?;
         (lx.position() == payload.len()).then_some(obj)
     }
 

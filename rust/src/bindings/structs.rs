@@ -368,7 +368,11 @@ impl Field {
 /// Structs, `UNSET` outside a Struct field, nesting deeper than [`MAX_DEPTH`].
 pub(crate) fn to_value(obj: &Bound<'_, PyAny>) -> Option<Value> {
     let unset = UNSET.get(obj.py()).ok()?.as_ptr();
-    let mut ctx = Walk { unset, received: false, splices: None };
+    let mut ctx = Walk {
+        unset,
+        received: false,
+        splices: None,
+    };
     walk(obj.as_borrowed(), &mut ctx, 0)
 }
 
@@ -392,7 +396,11 @@ const SPLICE_MARK: char = '\u{0}';
 /// declined when it leaves them to serde: an integer beyond 64 bits, `-0`, a float out of range).
 pub(crate) fn to_value_as_received(obj: &Bound<'_, PyAny>) -> Option<Value> {
     let unset = UNSET.get(obj.py()).ok()?.as_ptr();
-    let mut ctx = Walk { unset, received: true, splices: None };
+    let mut ctx = Walk {
+        unset,
+        received: true,
+        splices: None,
+    };
     walk(obj.as_borrowed(), &mut ctx, 0)
 }
 
@@ -404,10 +412,7 @@ struct WireInfo<'py> {
     members: Option<Vec<u8>>,
 }
 
-fn wire_info<'py>(
-    wire: Borrowed<'_, 'py, PyAny>,
-    splice: bool,
-) -> Option<Option<WireInfo<'py>>> {
+fn wire_info<'py>(wire: Borrowed<'_, 'py, PyAny>, splice: bool) -> Option<Option<WireInfo<'py>>> {
     if wire.is_none() {
         return Some(None);
     }
@@ -609,16 +614,19 @@ pub(crate) fn wire_encode<'py>(
 fn write_spliced(out: &mut Vec<u8>, value: &Value, splices: &[Vec<u8>]) {
     use crate::accumulate::json::{write_list, write_str, write_value};
     match value {
-        Value::Array(items) => write_list(out, items, |out, _, item| {
-            write_spliced(out, item, splices)
-        }),
+        Value::Array(items) => {
+            write_list(out, items, |out, _, item| write_spliced(out, item, splices))
+        }
         Value::Object(map) => {
             out.push(b'{');
             for (i, (key, item)) in map.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                match key.strip_prefix(SPLICE_MARK).and_then(|n| n.parse::<usize>().ok()) {
+                match key
+                    .strip_prefix(SPLICE_MARK)
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
                     Some(n) => out.extend_from_slice(&splices[n]),
                     None => {
                         write_str(out, key);

@@ -167,7 +167,13 @@ impl Pass<'_, '_> {
         // SAFETY: `obj` is a live object; its type is a live type object.
         let ty = unsafe { ffi::Py_TYPE(obj) };
         let key = ty as usize;
-        if let Some(c) = self.setup.classes.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        if let Some(c) = self
+            .setup
+            .classes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
             return c;
         }
         // Described with no lock held (Python runs).
@@ -298,9 +304,8 @@ impl Pass<'_, '_> {
                         let f = &c.fields[i];
                         // SAFETY: the field's slot of an instance of exactly this class
                         // (checked against `getattr` when the class was described).
-                        let value = unsafe {
-                            *obj.cast::<u8>().add(f.offset).cast::<*mut ffi::PyObject>()
-                        };
+                        let value =
+                            unsafe { *obj.cast::<u8>().add(f.offset).cast::<*mut ffi::PyObject>() };
                         if value.is_null() {
                             return None;
                         }
