@@ -359,6 +359,36 @@ def test_chat_usage_vendor_extras_survive():
     assert rapidsse.extras(acc.completion.usage) == {"prompt_cache_hit_tokens": 2, "prompt_cache_miss_tokens": 1}
 
 
+@pytest.mark.parametrize("path", corpus_files("chat"), ids=lambda p: p.stem)
+def test_chat_completion_keeps_the_newest_vendor_members(path):
+    """Top-level members the schema does not know (Groq's ``x_groq``, whose last chunk carries
+    its usage) are in the completion's extras with the newest non-null value sent."""
+    data = path.read_bytes()
+    newest: dict[str, Any] = {}
+    first = True
+    for payload in sse_payloads(data):
+        obj = as_json(payload)
+        if obj.get("error") is not None or obj.get("object") not in (None, "chat.completion.chunk"):
+            continue
+        for key, value in obj.items():
+            if key in chat.ChatCompletionChunk.__struct_encode_fields__ or key in chat.ChatCompletion.__struct_encode_fields__:
+                continue
+            if first or value is not None:
+                newest[key] = value
+        first = False
+    acc = rapidsse.ChatAccumulator()
+    acc.feed(data)
+    if acc.completion is not None:
+        assert rapidsse.extras(acc.completion) == newest
+
+
+def test_groq_usage_reaches_the_completion():
+    groq = [p for p in corpus_files("chat") if p.name == "test_groq__test_groq_model_web_search_tool_stream.sse"][0]
+    acc = rapidsse.ChatAccumulator()
+    acc.feed(groq.read_bytes())
+    assert rapidsse.extras(acc.completion)["x_groq"]["usage"]["total_tokens"] == 5362
+
+
 @pytest.mark.parametrize("path", corpus_files("realtime"), ids=lambda p: p.stem)
 def test_realtime_responses_keep_the_servers_members(path):
     acc = rapidsse.RealtimeAccumulator()

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Union
 
-import operator
-
 import msgspec
 import msgspec.inspect as mi
 
@@ -59,7 +57,7 @@ _REQUIRED, _VALUE, _EMPTY_LIST, _EMPTY_DICT, _NEVER = 0, 1, 2, 3, 4
 
 
 class _Field:
-    __slots__ = ("attr", "name", "key", "kind", "default", "nested", "order")
+    __slots__ = ("attr", "name", "key", "kind", "default", "nested", "order", "none_default")
 
     def __init__(self, f: mi.Field, order: int) -> None:
         self.order = order
@@ -74,6 +72,9 @@ class _Field:
             self.kind = {list: _EMPTY_LIST, dict: _EMPTY_DICT}.get(f.default_factory, _NEVER)
         else:
             self.kind, self.default = _VALUE, f.default
+        # At its default exactly when the JSON value is null (JSON null, and only null, decodes
+        # to None): the pass need not read the attribute.
+        self.none_default = self.kind == _VALUE and self.default is None
 
     def at_default(self, value: Any) -> bool:
         kind = self.kind
@@ -89,7 +90,7 @@ class _Field:
 class _Class:
     """One Struct class as the pass and the writer read it."""
 
-    __slots__ = ("by_name", "fields", "tag_field", "head", "unknown")
+    __slots__ = ("by_name", "known", "fields", "tag_field", "head", "unknown", "wires", "valued", "nested")
 
     def __init__(self, cls: type) -> None:
         info = mi.type_info(cls)
@@ -102,6 +103,14 @@ class _Class:
             self.by_name[info.tag_field] = None  # the tag: known, not a field
             self.head = _encode(info.tag_field) + b":" + _encode(info.tag)
         self.unknown = issubclass(cls, UnknownVariant)
+        # Wire(present=...) by the names sent with their defaults, in wire order: a stream sends
+        # the same few again and again, and a Wire is immutable.
+        self.wires: dict[tuple[str, ...], Wire] = {}
+        self.known = frozenset(self.by_name)
+        # Fields whose default is not None (their value is compared with it), and those that
+        # may hold Structs (walked).
+        self.valued = [f for f in self.fields if f.kind in (_VALUE, _EMPTY_LIST, _EMPTY_DICT) and not f.none_default]
+        self.nested = [f for f in self.fields if f.nested]
 
 
 _CLASSES: dict[type, _Class] = {}
@@ -159,33 +168,63 @@ def _struct(doc: dict[str, Any], obj: Any, path: list[Union[str, int]], source: 
         return True
     by_name = c.by_name
     extra: Union[list[str], None] = None
-    present: Union[list[_Field], None] = None
-    deep = False
-    for name, value in doc.items():
-        if name in by_name:
-            f = by_name[name]
-            if f is None:
-                continue  # the tag
-            typed = getattr(obj, f.attr)
-            if f.at_default(typed):
+    present: Union[list[str], None] = None
+    # (Set operations and scans in C first: most objects have no unknown member, and few nulls.)
+    if not c.known.issuperset(doc):
+        extra = [name for name in doc if name not in by_name]
+    if None in doc.values():
+        for name in [name for name, value in doc.items() if value is None]:
+            f = by_name.get(name)
+            if f is not None and f.none_default:
                 if present is None:
-                    present = [f]
+                    present = [name]
                 else:
-                    present.append(f)
-            elif f.nested and type(value) in (dict, list):
-                path.append(name)
-                if _value(value, typed, path, source):
-                    deep = True
+                    present.append(name)
+    for f in c.valued:
+        if f.name in doc and f.at_default(getattr(obj, f.attr)):
+            if present is None:
+                present = [f.name]
+            else:
+                present.append(f.name)
+    deep = False
+    for f in c.nested:
+        value = doc.get(f.name)
+        if type(value) is list:
+            typed = getattr(obj, f.attr)
+            if type(typed) is list and len(typed) == len(value):
+                path.append(f.name)
+                for i, item in enumerate(typed):  # (a list of Structs, inline: the common case)
+                    if isinstance(item, Model):
+                        item_doc = value[i]
+                        if type(item_doc) is dict:
+                            path.append(i)
+                            if _struct(item_doc, item, path, source):
+                                deep = True
+                            path.pop()
+                    elif isinstance(item, (list, dict)):
+                        path.append(i)
+                        if _value(value[i], item, path, source):
+                            deep = True
+                        path.pop()
                 path.pop()
-        elif extra is None:
-            extra = [name]
-        else:
-            extra.append(name)
-    if extra is not None or present is not None:
+        elif type(value) is dict:
+            path.append(f.name)
+            if _value(value, getattr(obj, f.attr), path, source):
+                deep = True
+            path.pop()
+    if extra is not None:
         obj._wire = Wire(
-            extra=None if extra is None else source.members(path, extra),
-            present=() if present is None else _names(present),
+            extra=source.members(path, extra), present=() if present is None else _names(c, present)
         )
+        return True
+    if present is not None:
+        key = tuple(present)
+        wire = c.wires.get(key)
+        if wire is None:
+            wire = Wire(present=_names(c, present))
+            if len(c.wires) < _MAX_WIRES:
+                c.wires[key] = wire
+        obj._wire = wire
         return True
     if deep:
         obj._wire = DEEP
@@ -195,15 +234,16 @@ def _struct(doc: dict[str, Any], obj: Any, path: list[Union[str, int]], source: 
     return False
 
 
-def _names(present: list[_Field]) -> tuple[str, ...]:
-    """The JSON names of ``present``, in the order of the Struct's fields (the order
-    :func:`encode` writes them in, so that a re-decoded event is equal)."""
+_MAX_WIRES = 256
+
+
+def _names(c: _Class, present: list[str]) -> tuple[str, ...]:
+    """``present`` (JSON names) in the order of the Struct's fields (the order :func:`encode`
+    writes them in, so that a re-decoded event is equal)."""
     if len(present) > 1:
-        present.sort(key=_ORDER)
-    return tuple([f.name for f in present])
-
-
-_ORDER = operator.attrgetter("order")
+        by_name = c.by_name
+        present.sort(key=lambda name: by_name[name].order)  # type: ignore[union-attr]
+    return tuple(present)
 
 
 def _value(doc: Any, typed: Any, path: list[Union[str, int]], source: _Source) -> bool:
@@ -418,6 +458,9 @@ def extras(obj: Any) -> dict[str, Any]:
     """The members of the JSON object ``obj`` was decoded from that its schema does not know,
     decoded (``{}`` when there were none), in the order received::
 
+        >>> import rapidsse
+        >>> raw = b'{"usage":{"prompt_tokens":12,"prompt_cache_hit_tokens":0,"prompt_cache_miss_tokens":12}}'
+        >>> chunk = rapidsse.EventDecoder("chat").feed(b"data: " + raw + b"\\n\\n")[0]
         >>> rapidsse.extras(chunk.usage)
         {'prompt_cache_hit_tokens': 0, 'prompt_cache_miss_tokens': 12}
 

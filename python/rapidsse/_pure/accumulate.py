@@ -737,12 +737,15 @@ def _typed_event(top: dict) -> Any:
     return fields
 
 
-_CHUNK_RAW = frozenset(["usage", "system_fingerprint", "moderation", "error"])
+# Top-level members a later chunk does not update (its own id and timestamps, `obfuscation`).
+_FIRST_CHUNK_KEYS = frozenset(["id", "created", "model", "obfuscation"])
 
 
 def _typed_chunk(top: dict) -> Any:
-    """The typed parse of a Chat ``Chunk``."""
-    fields: dict = {}
+    """The typed parse of a Chat ``Chunk``: ``object``, ``choices``, ``error``, and every other
+    member unparsed, in wire order (``members``)."""
+    members: list = []
+    fields: dict = {"members": members}
     for k, v in _entries(top):
         if type(k) is not str:
             return _SYNTAX
@@ -771,12 +774,16 @@ def _typed_chunk(top: dict) -> Any:
                 fields[k] = choices
             else:
                 return _invalid(v)
-        elif k in _CHUNK_RAW:
+        elif k == "error":
             if k in fields:
                 return _DATA
             if _has_bad_utf8(v):
                 return _SYNTAX
             fields[k] = v
+        else:
+            if _has_bad_utf8(v):
+                return _SYNTAX
+            members.append((k, v))
     return fields
 
 
@@ -1896,10 +1903,11 @@ class ChatCore(_Core):
         if completion is None:
             self._completion = self._first_top_level(tree)
         else:
-            for key in ("usage", "system_fingerprint", "moderation"):
-                value = _raw_value(chunk.get(key))
-                if value is not _ABSENT:
-                    completion[key] = value
+            for key, raw in chunk["members"]:
+                if key not in _FIRST_CHUNK_KEYS:
+                    value = _raw_value(raw)
+                    if value is not _ABSENT and value is not None:
+                        completion[key] = value
         for entries in chunk.get("choices") or ():
             self._add_choice(entries)
 

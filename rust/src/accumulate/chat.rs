@@ -10,9 +10,11 @@
 //!   there too, as the SDK skips it. A chunk without `object` is accepted.
 //! - The first accepted chunk gives the top level: all its fields (minus `obfuscation`), with
 //!   `object: "chat.completion"`, and `id: ""`, `created: 0`, `model: ""`,
-//!   `system_fingerprint: null` when missing. Later chunks update `usage`,
-//!   `system_fingerprint` and `moderation` when theirs is not null **(SDK: `usage` and
-//!   `system_fingerprint` become each chunk's value, null included)**.
+//!   `system_fingerprint: null` when missing. Later chunks update every top-level member but
+//!   `id`, `created`, `model`, `object`, `choices`, `error` and `obfuscation` when theirs is
+//!   not null: `usage`, `system_fingerprint`, `moderation`, and vendor members such as Groq's
+//!   `x_groq`, whose last chunk carries its usage **(SDK: `usage` and `system_fingerprint`
+//!   become each chunk's value, null included; other members keep the first chunk's)**.
 //! - `choices[]` are matched by their `index` (default 0) **(SDK: by list position; the same
 //!   when indices are 0, 1, 2, ...)**. A choice seen for the first time is
 //!   `{index, finish_reason: null, logprobs: null, ...its own fields but delta, message}` with
@@ -45,6 +47,9 @@
 
 use std::borrow::Cow;
 
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
@@ -54,22 +59,63 @@ use super::{
     Rejected, Str, TextCap, DEFAULT_TEXT_CAP,
 };
 
-/// The chunk fields read on every chunk; the first chunk is also parsed whole.
-#[derive(Deserialize)]
+/// The chunk fields read on every chunk (the first chunk is also parsed whole): `object`,
+/// `choices` and `error`, and every other member unparsed, in wire order.
 struct Chunk<'a> {
-    #[serde(borrow)]
     object: Option<Str<'a>>,
-    #[serde(borrow)]
     choices: Option<Vec<RawEntries<'a>>>,
-    #[serde(borrow)]
-    usage: Option<&'a RawValue>,
-    #[serde(borrow)]
-    system_fingerprint: Option<&'a RawValue>,
-    #[serde(borrow)]
-    moderation: Option<&'a RawValue>,
-    #[serde(borrow)]
     error: Option<&'a RawValue>,
+    members: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
+
+impl<'de: 'a, 'a> Deserialize<'de> for Chunk<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ChunkVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for ChunkVisitor<'a> {
+            type Value = Chunk<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("struct Chunk")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut chunk = Chunk {
+                    object: None,
+                    choices: None,
+                    error: None,
+                    members: Vec::new(),
+                };
+                let (mut object, mut choices, mut error) = (false, false, false);
+                while let Some(key) = map.next_key::<Str<'a>>()? {
+                    match &*key.0 {
+                        "object" => {
+                            if std::mem::replace(&mut object, true) {
+                                return Err(de::Error::duplicate_field("object"));
+                            }
+                            chunk.object = map.next_value()?;
+                        }
+                        "choices" => {
+                            if std::mem::replace(&mut choices, true) {
+                                return Err(de::Error::duplicate_field("choices"));
+                            }
+                            chunk.choices = map.next_value()?;
+                        }
+                        "error" => {
+                            if std::mem::replace(&mut error, true) {
+                                return Err(de::Error::duplicate_field("error"));
+                            }
+                            chunk.error = map.next_value()?;
+                        }
+                        _ => chunk.members.push((key.0, map.next_value()?)),
+                    }
+                }
+                Ok(chunk)
+            }
+        }
+        deserializer.deserialize_map(ChunkVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Top-level members a later chunk does not update (its own id and timestamps, `obfuscation`).
+const FIRST_CHUNK_KEYS: [&str; 4] = ["id", "created", "model", "obfuscation"];
 
 /// Keys whose delta value replaces the accumulated one instead of being merged into it.
 const REPLACED_KEYS: [&str; 4] = ["index", "type", "role", "id"];
@@ -146,15 +192,15 @@ impl ChatAccumulator {
         match &mut self.completion {
             None => self.completion = Some(first_top_level(payload)),
             Some(completion) => {
-                for (key, raw) in [
-                    ("usage", chunk.usage),
-                    ("system_fingerprint", chunk.system_fingerprint),
-                    ("moderation", chunk.moderation),
-                ] {
-                    if let Some(value) =
-                        raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-                    {
-                        completion.insert(key.to_owned(), value);
+                for (key, raw) in &chunk.members {
+                    if FIRST_CHUNK_KEYS.contains(&&**key) {
+                        continue;
+                    }
+                    match serde_json::from_str::<Value>(raw.get()) {
+                        Ok(Value::Null) | Err(_) => {}
+                        Ok(value) => {
+                            completion.insert(key.to_string(), value);
+                        }
                     }
                 }
             }
