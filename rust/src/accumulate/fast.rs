@@ -4,10 +4,11 @@
 //! indices, the delta, and fields nobody reads). This reader does the same job in one
 //! validating pass over compact JSON, borrowing strings where it can. It is conservative: it
 //! only answers when it is sure serde would produce the very same event, and gives up
-//! (`None`) on anything unusual — raw control characters or line breaks, `\u` escapes outside
-//! the fields it reads, nesting deeper than 64, a duplicated or mistyped read field, a
-//! non-integer index — so that serde, the reference, decides those cases (and words the
-//! errors). The differential tests below hold it to that.
+//! (`None`) on anything unusual — raw control characters or line breaks, a lone surrogate,
+//! nesting deeper than 64, a duplicated or mistyped read field, a non-integer index — so that
+//! serde, the reference, decides those cases (and words the errors). The differential tests
+//! below hold it to that. Its strings, escapes, numbers and skipping are the crate's one JSON
+//! reader's, [`crate::lex`] (`docs/internals-json.md`); this module is the event-specific part.
 
 use std::borrow::Cow;
 

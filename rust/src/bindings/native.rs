@@ -16,6 +16,11 @@
 //! escape in a key, a lone surrogate, a raw control character, invalid UTF-8), an integer
 //! beyond 64 bits, a non-finite float, and broken JSON. The schemas are described by Python
 //! (`rapidsse._native`, from `msgspec.inspect`); the JSON is read by [`crate::lex`].
+//!
+//! It also sets each Struct's hidden `_wire` field (what came beyond the Struct's
+//! `omit_defaults` encoding: the unknown members' raw text, the fields sent at their default),
+//! as `rapidsse._wire`'s Python pass would, sharing `Wire` objects where it can; a repeated or
+//! non-UTF-8 unknown key declines. See `docs/internals-fidelity.md`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
