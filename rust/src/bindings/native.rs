@@ -172,6 +172,10 @@ struct CachedInt {
     score: i8,
 }
 
+/// The most `Wire` objects (and `present` tuples) kept per class, one per set of present
+/// fields: past that, each is made afresh (the same value).
+pub(crate) const MAX_CACHED_WIRES: usize = 64;
+
 const SCORE_MAX: i8 = 16;
 const SCORE_OFF: i8 = -16;
 
@@ -374,7 +378,9 @@ impl Schema {
             let wire = kit.make(None, tuple)?;
             // SAFETY: a new reference for the cache, kept with the decoder's state.
             let kept = unsafe { Bound::from_owned_ptr(py, new_ref(wire.0).into_raw()) };
-            work.wires[index].push((dev.present, kept.unbind()));
+            if work.wires[index].len() < MAX_CACHED_WIRES {
+                work.wires[index].push((dev.present, kept.unbind()));
+            }
             return Some(wire);
         }
         // SAFETY: None is a live object.
@@ -412,7 +418,9 @@ impl Schema {
             Bound::from_owned_ptr(py, tuple.into_raw()).unbind()
         };
         let ptr = tuple.as_ptr();
-        work.presents[index].push((present, tuple));
+        if work.presents[index].len() < MAX_CACHED_WIRES {
+            work.presents[index].push((present, tuple));
+        }
         Some(ptr)
     }
 

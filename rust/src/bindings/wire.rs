@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 
-use super::native::{new_ref, AtDefault, Deviation, Owned, WireKit};
+use super::native::{new_ref, AtDefault, Deviation, Owned, WireKit, MAX_CACHED_WIRES};
 use super::structs::{direct_reads, Slot};
 use crate::lex::{same, Lexer, MAX_DEPTH};
 
@@ -373,7 +373,9 @@ impl Pass<'_, '_> {
         // SAFETY: a new reference for the cache.
         let kept = unsafe { Bound::from_owned_ptr(self.py, new_ref(wire.0).into_raw()) }.unbind();
         if let Ok(mut w) = c.wires.lock() {
-            w.push((dev.present, kept));
+            if w.len() < MAX_CACHED_WIRES {
+                w.push((dev.present, kept));
+            }
         }
         Some(wire)
     }
@@ -403,7 +405,9 @@ impl Pass<'_, '_> {
         // SAFETY: a new reference for the cache.
         let kept = unsafe { Bound::from_owned_ptr(self.py, new_ref(tuple.0).into_raw()) }.unbind();
         if let Ok(mut t) = c.presents.lock() {
-            t.push((present, kept));
+            if t.len() < MAX_CACHED_WIRES {
+                t.push((present, kept));
+            }
         }
         Some(tuple)
     }
