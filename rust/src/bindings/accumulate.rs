@@ -105,7 +105,7 @@ impl AddTyped for ResponseAccumulator {
     fn add_typed(&mut self, classes: &mut TextClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
         let events = self.events();
         let TextClasses { table, memo } = classes;
-        if let Some(class) = table.get(event) {
+        if let Some(class) = table.get(event).filter(|class| !class.has_extras(event)) {
             if let Some(result) = memo.continue_run(self, event, class, events) {
                 return result.map_err(|err| text_too_large(event.py(), &err));
             }
@@ -144,6 +144,10 @@ struct TextClass {
     field: &'static str,
     text: Slot,
     fields: [Option<Slot>; 5],
+    /// The hidden `_wire` field (`rapidsse._schema.Model`): an event whose JSON had members
+    /// the schema does not know goes the JSON way, where the core sees them as it would in
+    /// the payload.
+    wire: Option<Slot>,
 }
 
 impl TextClass {
@@ -155,11 +159,30 @@ impl TextClass {
         Some(TextClass {
             text: class.slot(field)?,
             fields: TEXT_EVENT_FIELDS.map(|name| class.slot(name)),
+            wire: class.slot(WIRE_NAME),
             field,
             kind,
         })
     }
+
+    /// Whether `event` (of this class) carries unknown members (`_wire.extra` is set).
+    fn has_extras(&self, event: &Bound<'_, PyAny>) -> bool {
+        let Some(slot) = &self.wire else {
+            return false;
+        };
+        // SAFETY: the caller matched `event`'s exact class to the one the slots came from.
+        match unsafe { slot.read(event) } {
+            None => true, // unset: let the JSON way decide
+            Some(wire) if wire.is_none() => false,
+            Some(wire) => !wire
+                .getattr(pyo3::intern!(event.py(), "extra"))
+                .is_ok_and(|extra| extra.is_none()),
+        }
+    }
 }
+
+/// The JSON name of the hidden field of every schema Struct (`rapidsse._schema.WIRE_NAME`).
+const WIRE_NAME: &str = "__rapidsse_wire__";
 
 /// Per event class, looked up once: is it a text event, and its shape. Keyed by the type
 /// object's address; the classes are kept alive here, so an address is never reused.
