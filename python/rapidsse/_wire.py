@@ -26,6 +26,7 @@ default factories); a required field never does.
 
 from __future__ import annotations
 
+import json as _json
 from typing import Any, Callable, Union
 
 import msgspec
@@ -44,8 +45,27 @@ NATIVE_WIRE = True
 DEEP = Wire()
 
 _encode = msgspec.json.Encoder().encode
-_decode_any = msgspec.json.Decoder().decode
-_decode_any_lines = msgspec.json.Decoder().decode_lines
+_decode_msgspec = msgspec.json.Decoder().decode
+_decode_msgspec_lines = msgspec.json.Decoder().decode_lines
+
+
+def _decode_any(payload: Any) -> Any:
+    """The payload decoded generically. msgspec's generic decoder refuses a number beyond float
+    range (``1e400``) that its Struct decoder skips in an unknown member; the pass needs only the
+    structure and the keys (values are sliced from the payload), so the stdlib reads those."""
+    try:
+        return _decode_msgspec(payload)
+    except msgspec.ValidationError:
+        return _json.loads(payload)
+
+
+def _decode_any_lines(lines: bytes) -> list[Any]:
+    """:func:`_decode_any` of each non-blank line."""
+    try:
+        return _decode_msgspec_lines(lines)
+    except msgspec.ValidationError:
+        return [_decode_any(line) for line in lines.split(b"\n") if line.strip()]
+
 _decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _decode_items = msgspec.json.Decoder(list[msgspec.Raw]).decode
 # What msgspec.json.encode writes that a received payload never needs: the hidden field, and the
