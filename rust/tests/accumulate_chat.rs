@@ -435,9 +435,18 @@ fn later_chunks_update_usage_and_vendor_members_and_keep_the_first_ids() {
                "usage": {"prompt_tokens": 3, "prompt_cache_hit_tokens": 2}}),
     ]);
     let top = snapshot(&acc);
-    assert_eq!((&top["id"], &top["created"], &top["model"]), (&json!("c1"), &json!(1), &json!("m")));
-    assert_eq!(top["x_groq"], json!({"id": "req_1", "usage": {"queue_time": 0.1}}));
-    assert_eq!(top["usage"], json!({"prompt_tokens": 3, "prompt_cache_hit_tokens": 2}));
+    assert_eq!(
+        (&top["id"], &top["created"], &top["model"]),
+        (&json!("c1"), &json!(1), &json!("m"))
+    );
+    assert_eq!(
+        top["x_groq"],
+        json!({"id": "req_1", "usage": {"queue_time": 0.1}})
+    );
+    assert_eq!(
+        top["usage"],
+        json!({"prompt_tokens": 3, "prompt_cache_hit_tokens": 2})
+    );
     assert!(top.get("service_tier").is_none()); // a schema member: the first chunk's (none)
     assert!(top.get("obfuscation").is_none());
 }
