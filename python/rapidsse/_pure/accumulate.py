@@ -737,15 +737,16 @@ def _typed_event(top: dict) -> Any:
     return fields
 
 
-# Top-level members a later chunk does not update (its own id and timestamps, `obfuscation`).
-_FIRST_CHUNK_KEYS = frozenset(["id", "created", "model", "obfuscation"])
+_CHUNK_RAW = frozenset(["usage", "system_fingerprint", "moderation", "error"])
+# The other members of the chunk schema (rapidsse.chat.ChatCompletionChunk): not read.
+_CHUNK_SCHEMA_KEYS = frozenset(["id", "created", "model", "service_tier", "obfuscation"])
 
 
 def _typed_chunk(top: dict) -> Any:
-    """The typed parse of a Chat ``Chunk``: ``object``, ``choices``, ``error``, and every other
-    member unparsed, in wire order (``members``)."""
-    members: list = []
-    fields: dict = {"members": members}
+    """The typed parse of a Chat ``Chunk``, and the members the chunk schema does not know,
+    unparsed, in wire order (``vendor``)."""
+    vendor: list = []
+    fields: dict = {"vendor": vendor}
     for k, v in _entries(top):
         if type(k) is not str:
             return _SYNTAX
@@ -774,16 +775,16 @@ def _typed_chunk(top: dict) -> Any:
                 fields[k] = choices
             else:
                 return _invalid(v)
-        elif k == "error":
+        elif k in _CHUNK_RAW:
             if k in fields:
                 return _DATA
             if _has_bad_utf8(v):
                 return _SYNTAX
             fields[k] = v
-        else:
+        elif k not in _CHUNK_SCHEMA_KEYS:
             if _has_bad_utf8(v):
                 return _SYNTAX
-            members.append((k, v))
+            vendor.append((k, v))
     return fields
 
 
@@ -1903,11 +1904,11 @@ class ChatCore(_Core):
         if completion is None:
             self._completion = self._first_top_level(tree)
         else:
-            for key, raw in chunk["members"]:
-                if key not in _FIRST_CHUNK_KEYS:
-                    value = _raw_value(raw)
-                    if value is not _ABSENT and value is not None:
-                        completion[key] = value
+            known = [(key, chunk.get(key)) for key in ("usage", "system_fingerprint", "moderation")]
+            for key, raw in known + chunk["vendor"]:
+                value = _raw_value(raw)
+                if value is not _ABSENT and value is not None:
+                    completion[key] = value
         for entries in chunk.get("choices") or ():
             self._add_choice(entries)
 

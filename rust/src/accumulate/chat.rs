@@ -10,11 +10,11 @@
 //!   there too, as the SDK skips it. A chunk without `object` is accepted.
 //! - The first accepted chunk gives the top level: all its fields (minus `obfuscation`), with
 //!   `object: "chat.completion"`, and `id: ""`, `created: 0`, `model: ""`,
-//!   `system_fingerprint: null` when missing. Later chunks update every top-level member but
-//!   `id`, `created`, `model`, `object`, `choices`, `error` and `obfuscation` when theirs is
-//!   not null: `usage`, `system_fingerprint`, `moderation`, and vendor members such as Groq's
-//!   `x_groq`, whose last chunk carries its usage **(SDK: `usage` and `system_fingerprint`
-//!   become each chunk's value, null included; other members keep the first chunk's)**.
+//!   `system_fingerprint: null` when missing. Later chunks update `usage`,
+//!   `system_fingerprint`, `moderation`, and the members the chunk schema does not know
+//!   (vendor members such as Groq's `x_groq`, whose last chunk carries its usage), in that
+//!   order, when theirs is not null **(SDK: `usage` and `system_fingerprint` become each
+//!   chunk's value, null included; other members keep the first chunk's)**.
 //! - `choices[]` are matched by their `index` (default 0) **(SDK: by list position; the same
 //!   when indices are 0, 1, 2, ...)**. A choice seen for the first time is
 //!   `{index, finish_reason: null, logprobs: null, ...its own fields but delta, message}` with
@@ -49,7 +49,7 @@ use std::borrow::Cow;
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
@@ -59,14 +59,21 @@ use super::{
     Rejected, Str, TextCap, DEFAULT_TEXT_CAP,
 };
 
-/// The chunk fields read on every chunk (the first chunk is also parsed whole): `object`,
-/// `choices` and `error`, and every other member unparsed, in wire order.
+/// The chunk fields read on every chunk (the first chunk is also parsed whole), and the
+/// members the chunk schema does not know (vendor members such as Groq's `x_groq`), unparsed,
+/// in wire order.
 struct Chunk<'a> {
     object: Option<Str<'a>>,
     choices: Option<Vec<RawEntries<'a>>>,
+    usage: Option<&'a RawValue>,
+    system_fingerprint: Option<&'a RawValue>,
+    moderation: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
-    members: Vec<(Cow<'a, str>, &'a RawValue)>,
+    vendor: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
+
+/// The other members of the chunk schema (`rapidsse.chat.ChatCompletionChunk`): not read.
+const SCHEMA_KEYS: [&str; 5] = ["id", "created", "model", "service_tier", "obfuscation"];
 
 impl<'de: 'a, 'a> Deserialize<'de> for Chunk<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -77,45 +84,50 @@ impl<'de: 'a, 'a> Deserialize<'de> for Chunk<'a> {
                 f.write_str("struct Chunk")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut chunk = Chunk {
-                    object: None,
-                    choices: None,
-                    error: None,
-                    members: Vec::new(),
-                };
-                let (mut object, mut choices, mut error) = (false, false, false);
+                fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+                    map: &mut A,
+                    slot: &mut Option<Option<T>>,
+                    name: &'static str,
+                ) -> Result<(), A::Error> {
+                    if slot.is_some() {
+                        return Err(de::Error::duplicate_field(name));
+                    }
+                    *slot = Some(map.next_value()?);
+                    Ok(())
+                }
+                let (mut object, mut choices, mut usage) = (None, None, None);
+                let (mut system_fingerprint, mut moderation, mut error) = (None, None, None);
+                let mut vendor = Vec::new();
                 while let Some(key) = map.next_key::<Str<'a>>()? {
                     match &*key.0 {
-                        "object" => {
-                            if std::mem::replace(&mut object, true) {
-                                return Err(de::Error::duplicate_field("object"));
-                            }
-                            chunk.object = map.next_value()?;
+                        "object" => once(&mut map, &mut object, "object")?,
+                        "choices" => once(&mut map, &mut choices, "choices")?,
+                        "usage" => once(&mut map, &mut usage, "usage")?,
+                        "system_fingerprint" => {
+                            once(&mut map, &mut system_fingerprint, "system_fingerprint")?
                         }
-                        "choices" => {
-                            if std::mem::replace(&mut choices, true) {
-                                return Err(de::Error::duplicate_field("choices"));
-                            }
-                            chunk.choices = map.next_value()?;
+                        "moderation" => once(&mut map, &mut moderation, "moderation")?,
+                        "error" => once(&mut map, &mut error, "error")?,
+                        name if SCHEMA_KEYS.contains(&name) => {
+                            map.next_value::<IgnoredAny>()?;
                         }
-                        "error" => {
-                            if std::mem::replace(&mut error, true) {
-                                return Err(de::Error::duplicate_field("error"));
-                            }
-                            chunk.error = map.next_value()?;
-                        }
-                        _ => chunk.members.push((key.0, map.next_value()?)),
+                        _ => vendor.push((key.0, map.next_value()?)),
                     }
                 }
-                Ok(chunk)
+                Ok(Chunk {
+                    object: object.flatten(),
+                    choices: choices.flatten(),
+                    usage: usage.flatten(),
+                    system_fingerprint: system_fingerprint.flatten(),
+                    moderation: moderation.flatten(),
+                    error: error.flatten(),
+                    vendor,
+                })
             }
         }
         deserializer.deserialize_map(ChunkVisitor(std::marker::PhantomData))
     }
 }
-
-/// Top-level members a later chunk does not update (its own id and timestamps, `obfuscation`).
-const FIRST_CHUNK_KEYS: [&str; 4] = ["id", "created", "model", "obfuscation"];
 
 /// Keys whose delta value replaces the accumulated one instead of being merged into it.
 const REPLACED_KEYS: [&str; 4] = ["index", "type", "role", "id"];
@@ -192,14 +204,25 @@ impl ChatAccumulator {
         match &mut self.completion {
             None => self.completion = Some(first_top_level(payload)),
             Some(completion) => {
-                for (key, raw) in &chunk.members {
-                    if FIRST_CHUNK_KEYS.contains(&&**key) {
+                let known = [
+                    ("usage", chunk.usage),
+                    ("system_fingerprint", chunk.system_fingerprint),
+                    ("moderation", chunk.moderation),
+                ];
+                let vendor = chunk.vendor.iter().map(|(key, raw)| (&**key, Some(*raw)));
+                for (key, raw) in known.into_iter().chain(vendor) {
+                    let Some(value) = raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                    else {
+                        continue;
+                    };
+                    if value.is_null() {
                         continue;
                     }
-                    match serde_json::from_str::<Value>(raw.get()) {
-                        Ok(Value::Null) | Err(_) => {}
-                        Ok(value) => {
-                            completion.insert(key.to_string(), value);
+                    // (In place when the key is there: no key allocated per chunk.)
+                    match completion.get_mut(key) {
+                        Some(slot) => *slot = value,
+                        None => {
+                            completion.insert(key.to_owned(), value);
                         }
                     }
                 }
