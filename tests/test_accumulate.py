@@ -344,7 +344,9 @@ def test_struct_walk_equals_msgspec_encoding_on_the_corpus():
                     walked += _walk_agrees(native, rapidsse.decode_realtime(line))
                 except DecodeError:
                     pass
-    assert walked > 3000
+    # (Events that carry wire info, a third of the corpus, go by rapidsse.encode: the walk
+    # declines a Wire until it reads `_wire` itself.)
+    assert walked > 2000
 
 
 def test_struct_walk_mirrors_msgspec_options_and_declines_the_rest():
@@ -426,7 +428,7 @@ def test_snapshot_with_texts_set_aside_equals_the_whole_json(monkeypatch, splice
     the Response is the one the whole JSON decodes to, on every recording (at 0 and 1 bytes,
     every text is set aside), midway and at the end, and with the texts in unknown items."""
     from rapidsse import accumulate as acc_module
-    from rapidsse._schema import decode_lenient
+    from rapidsse._wire import decode as decode_lenient  # with the wire info, as the snapshot has
 
     monkeypatch.setattr(acc_module, "_SPLICE_MIN", splice_min)
     set_aside = 0

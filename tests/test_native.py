@@ -13,15 +13,19 @@ The builder is part of the Rust backend only: in the pure-Python run these tests
 from __future__ import annotations
 
 import gc
+import json
 import random
 import sys
 from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import rapidsse
-from rapidsse import _native, chat, decoding, responses
+from rapidsse import _native, _wire, chat, decoding, realtime, responses
+from rapidsse._schema import decode_lenient
 
 from .conftest import chunked, corpus_files, native
 
@@ -54,6 +58,18 @@ def deep_same(a: Any, b: Any, path: str = "$") -> None:
         assert a == b, f"{path}: {a!r} != {b!r}"
 
 
+def strip_wire(obj: Any) -> Any:
+    """``obj`` with ``_wire`` None at every depth (a copy)."""
+    if isinstance(obj, list):
+        return [strip_wire(x) for x in obj]
+    if isinstance(obj, msgspec.Struct):
+        changes = {n: strip_wire(getattr(obj, n)) for n in obj.__struct_fields__ if n != "_wire"}
+        if "_wire" in obj.__struct_fields__:
+            changes["_wire"] = None
+        return msgspec.structs.replace(obj, **changes)
+    return obj
+
+
 def payloads(protocol: str) -> list[bytes]:
     out = []
     for path in corpus_files(protocol):
@@ -74,6 +90,15 @@ def check(protocol: str, batch: list[bytes]) -> int:
         except (msgspec.DecodeError, msgspec.ValidationError):
             assert ours is None, payload
             continue
+        try:
+            # The wire info of the Python pass, the reference: `_wire` is compared with the
+            # other fields, at every depth.
+            _wire.compute(theirs, payload)
+        except msgspec.DecodeError:
+            # A key that is not UTF-8: msgspec's Struct decoder skips it, the builder declines
+            # it, the Python pass cannot read the payload: the fields alone are compared.
+            theirs = strip_wire(theirs)
+            ours = None if ours is None else strip_wire(ours)
         if ours is not None:
             built += 1
             deep_same(ours, theirs)
@@ -433,3 +458,199 @@ def test_nested_shapes_give_each_event_its_own_nested_objects():
     assert [c[0].delta.content for c in choices] == ["t%d" % i for i in range(12)]
     out[3].choices[0].delta.content = "changed"
     assert out[4].choices[0].delta.content == "t4"
+
+
+# --- Wire info (`_wire`) against the Python pass ----------------------------------------------
+
+_JSON_LEAVES = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8)
+_JSON = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("abxyz_", min_size=1, max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _small_payloads(protocol: str) -> list[dict[str, Any]]:
+    return [msgspec.json.decode(p) for p in payloads(protocol) if len(p) < 1500][::7]
+
+
+_SMALL = {}
+
+
+def _sample(protocol: str) -> list[dict[str, Any]]:
+    if protocol not in _SMALL:
+        _SMALL[protocol] = _small_payloads(protocol)
+    return _SMALL[protocol]
+
+
+def _mutate(doc: Any, draw: Any, depth: int = 0) -> Any:
+    """``doc`` with unknown members added, known members nulled or dropped, at every depth."""
+    if isinstance(doc, list):
+        return [_mutate(x, draw, depth + 1) for x in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {}
+    for key, value in doc.items():
+        op = draw(st.integers(0, 9))
+        if op == 0 and key != "type":
+            out[key] = None
+        elif op == 1 and key != "type":
+            continue
+        else:
+            out[key] = _mutate(value, draw, depth + 1)
+    for i in range(draw(st.integers(0, 2))):
+        out[f"x_{depth}_{i}"] = draw(_JSON)
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat"])
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_wire_info_of_mutated_payloads_is_the_python_pass(protocol, data):
+    """Real payloads with unknown members (nested objects, nulls, numbers), known members nulled
+    or dropped, at every depth: the builder's ``_wire`` equals the Python pass's, and
+    ``rapidsse.encode`` gives back the payload as a JSON value. Each mutant is decoded in a run of
+    three that differ in one unknown value (so the third is built through a shape)."""
+    doc = _mutate(data.draw(st.sampled_from(_sample(protocol))), data.draw)
+    spaced = data.draw(st.booleans())
+    run = []
+    for i in range(3):
+        variant = dict(doc, x_run=i)
+        text = msgspec.json.encode(variant)
+        if spaced:
+            text = json.dumps(variant, separators=(", ", " : "), ensure_ascii=False).encode()
+        run.append(text)
+    check(protocol, run)
+    for payload, ours in zip(run, schema(protocol).decode_each(run)):
+        if ours is not None:
+            assert msgspec.json.decode(rapidsse.encode(ours)) == msgspec.json.decode(payload)
+
+
+def test_wire_objects_are_shared():
+    """Events without unknown members share one Wire per class and set of present fields; a
+    shape hit whose unknown members are all fixed shares the learned event's Wire."""
+    raw = b'{"id":"c","choices":[{"index":0,"delta":{"content":"%d"},"finish_reason":null}]}'
+    out = schema("chat").decode_each([raw % i for i in range(10)])
+    wires = {id(e.choices[0]._wire) for e in out}
+    assert len(wires) == 1 and out[0].choices[0]._wire.present == ("index", "finish_reason")
+    assert all(e._wire is _wire.DEEP for e in out)
+    raw = ("{" + DELTA + ',"delta":"%d","x_vendor":"fixed"}').encode()
+    out = schema("responses").decode_each([raw % i for i in range(10)])
+    assert len({id(e._wire) for e in out[2:]}) == 1
+    assert rapidsse.extras(out[5]) == {"x_vendor": "fixed"}
+    raw = ("{" + DELTA + ',"delta":"x","x_vendor":"%d"}').encode()
+    out = schema("responses").decode_each([raw % i for i in range(10)])
+    assert [rapidsse.extras(e) for e in out] == [{"x_vendor": str(i)} for i in range(10)]
+
+
+# --- The native wire-info pass (``rust/src/bindings/wire.rs``) against the Python pass --------
+
+
+def _python_pass(obj: Any, payload: bytes, monkeypatch: Any) -> Any:
+    with monkeypatch.context() as m:
+        m.setattr(_wire, "_native_compute", None)
+        return _wire.compute(obj, payload)
+
+
+def _pass_agrees(protocol_module: Any, batch: list[bytes], monkeypatch: Any) -> int:
+    """Each payload decoded twice by msgspec (nested unknown types kept): the native pass gives
+    every Struct the ``_wire`` the Python pass gives it. Returns how many it took on."""
+    taken = 0
+    for payload in batch:
+        try:
+            ours = decode_lenient(payload, protocol_module.Event)
+            theirs = decode_lenient(payload, protocol_module.Event)
+            _python_pass(theirs, payload, monkeypatch)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if native.wire_compute(ours, payload):
+            taken += 1
+            deep_same(ours, theirs)
+    return taken
+
+
+def _realtime_payloads() -> list[bytes]:
+    out = []
+    for path in corpus_files("realtime"):
+        out += [line for line in path.read_bytes().splitlines() if line.strip()]
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat", "realtime"])
+def test_native_pass_is_the_python_pass_on_the_corpus(protocol, monkeypatch):
+    module = {"responses": responses, "chat": chat, "realtime": realtime}[protocol]
+    batch = _realtime_payloads() if protocol == "realtime" else payloads(protocol)
+    taken = _pass_agrees(module, batch, monkeypatch)
+    assert taken >= 0.99 * len(batch), (taken, len(batch))
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat"])
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_native_pass_is_the_python_pass_on_mutated_payloads(protocol, data, monkeypatch):
+    doc = _mutate(data.draw(st.sampled_from(_sample(protocol))), data.draw)
+    payload = msgspec.json.encode(doc)
+    if data.draw(st.booleans()):
+        payload = json.dumps(doc, separators=(", ", " : "), ensure_ascii=False).encode()
+    _pass_agrees(PROTOCOLS[protocol], [payload], monkeypatch)
+
+
+def test_native_pass_of_lines_is_the_python_pass(monkeypatch):
+    batch = [p for p in payloads("responses") if b'"item"' in p or b'"response"' in p][:300]
+    lines = b"\n".join(batch) + b"\n\n"
+    decode_lines = msgspec.json.Decoder(responses.Event).decode_lines
+    ours, theirs = decode_lines(lines), decode_lines(lines)
+    assert native.wire_compute_lines(ours, lines)
+    with monkeypatch.context() as m:
+        m.setattr(_wire, "_native_lines", None)
+        _wire.compute_lines(theirs, lines)
+    deep_same(ours, theirs)
+    assert any(e._wire is not None for e in ours)
+
+
+def test_native_pass_leaves_what_it_cannot_read_to_the_python_pass():
+    delta = ("{" + DELTA + ',"delta":"x"').encode()
+    for payload in [delta + rb',"x\u0061":1}', delta + b',"u":1,"u":2}', delta + b',"delta":"y"}']:
+        obj = msgspec.json.decode(payload, type=responses.Event)
+        assert not native.wire_compute(obj, payload)
+        assert _wire.compute(obj, payload) is obj  # the Python pass took it
+
+
+# --- The native writer (``wire_encode``) against the Python one -------------------------------
+
+
+def _python_encode(obj: Any, monkeypatch: Any) -> bytes:
+    with monkeypatch.context() as m:
+        m.setattr(_wire, "_native_encode", None)
+        return rapidsse.encode(obj)
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat"])
+def test_native_encode_is_the_python_encode_on_the_corpus(protocol, monkeypatch):
+    written = total = 0
+    for path in corpus_files(protocol):
+        for event in rapidsse.iter_events([path.read_bytes()], protocol=protocol, on_error="skip"):
+            if not isinstance(event, msgspec.Struct) or not hasattr(event, "_wire"):
+                continue
+            total += 1
+            ours = native.wire_encode(event)
+            if ours is not None:
+                written += 1
+                theirs = _python_encode(event, monkeypatch)
+                assert msgspec.json.decode(ours) == msgspec.json.decode(theirs)
+                # The unknown members are spliced as received, byte for byte.
+                if event._wire is not None and event._wire.extra:
+                    assert event._wire.extra[1:-1] in ours
+    assert written >= 0.99 * total, (written, total)
+
+
+def test_native_encode_writes_changes_and_declines_what_it_cannot_write(monkeypatch):
+    raw = b'{"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null,"token_id":5}],"x_groq":{"id":"r"}}'
+    event = rapidsse.EventDecoder("chat").feed(b"data: " + raw + b"\n\n")[0]
+    assert msgspec.json.decode(native.wire_encode(event)) == msgspec.json.decode(raw)
+    changed = msgspec.structs.replace(event, model="m2")
+    assert msgspec.json.decode(native.wire_encode(changed)) == dict(msgspec.json.decode(raw), model="m2")
+    assert native.wire_encode(changed) == rapidsse.encode(changed)
+    big = rapidsse.EventDecoder("chat").feed(b'data: {"id":"c","x":123456789012345678901234567890}\n\n')[0]
+    assert native.wire_encode(big) is None  # an integer beyond 64 bits: the Python writer's
+    assert msgspec.json.decode(rapidsse.encode(big)) == {"id": "c", "x": 123456789012345678901234567890}

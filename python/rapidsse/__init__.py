@@ -11,6 +11,7 @@ from ._backend import BACKEND
 from .errors import DecodeError, EventTooLarge, SSEError, StreamError
 from .framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder, aiter_sse, iter_sse
 from ._schema import UnknownEvent
+from ._wire import encode, extras
 from .decoding import (
     EventDecoder,
     InvalidEvent,
@@ -66,8 +67,10 @@ __all__ = [
     "chat",
     "completions",
     "decode_realtime",
+    "encode",
     "encode_sse",
     "gemini",
+    "extras",
     "iter_events",
     "iter_realtime",
     "realtime",

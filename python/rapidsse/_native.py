@@ -11,6 +11,12 @@ Anthropic schemas, whose deltas and blocks are nested unions), a union of Struct
 field is described by its tag field and the class of each tag (the builder reads the tag, which
 must come first, and builds that class; anything else goes to msgspec); without it, such a
 union is unsupported too.
+
+The hidden ``_wire`` field of :class:`rapidsse._schema.Model` (what came on the wire beyond the
+Struct's ``omit_defaults`` encoding, see :mod:`rapidsse._wire`) is described as default kind 4:
+the builder sets it itself (``docs/internals-fidelity.md``). Its type is ``Any`` (unsupported), so
+a payload that carries its JSON name goes to msgspec and the Python pass, which read it as an
+unknown member.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
+
+from ._schema import WIRE_NAME, Model, Wire
 
 #: ``RAPIDSSE_NATIVE_STRUCTS=0`` leaves every event to msgspec (to compare, or to rule the builder
 #: out when chasing a problem); read when a decoder is made.
@@ -55,7 +63,9 @@ class _Describer:
             return None
         out = []
         for f in st.fields:
-            if f.required:
+            if f.encode_name == WIRE_NAME and issubclass(st.cls, Model):
+                kind, default = 4, None
+            elif f.required:
                 kind, default = 0, None
             elif f.default_factory is not msgspec.NODEFAULT:
                 if f.default_factory is list:
@@ -131,5 +141,43 @@ def describe(event_type: Any, tagged_unions: bool = False) -> tuple[list[Any], d
 
 @functools.lru_cache(maxsize=None)
 def native_schema(core: Any, event_type: Any, tagged_unions: bool = False) -> Any:
-    """The ``NativeSchema`` of ``event_type`` for the extension module ``core`` (built once)."""
-    return core.NativeSchema(*describe(event_type, tagged_unions))
+    """The ``NativeSchema`` of ``event_type`` for the extension module ``core`` (built once;
+    ``tagged_unions``: see :func:`describe`). It makes the ``_wire`` values itself: :class:`~rapidsse._schema.Wire` objects, and
+    :data:`rapidsse._wire.DEEP` for a Struct exact itself holding one that is not."""
+    from ._wire import DEEP
+
+    return core.NativeSchema(*describe(event_type, tagged_unions), wire=(Wire, DEEP))
+
+
+# How the native wire-info pass (``rust/src/bindings/wire.rs``) tells a field at its default:
+# never (required), by identity (a None default), by ``==``, an empty list, an empty dict.
+_AT_NEVER, _AT_IDENTITY, _AT_EQUAL, _AT_EMPTY_LIST, _AT_EMPTY_DICT = 0, 1, 2, 3, 4
+
+
+def wire_class(cls: type) -> Any:
+    """What the native wire-info pass needs of the class ``cls`` (asked once per class):
+    None when it is no :class:`~rapidsse._schema.Model` (the pass does not look inside it), else
+    ``(tag_field, is_unknown_variant, fields)``, each field ``(attr, json_name, at_default_kind,
+    default, may_hold_a_struct)``, in field order and without ``_wire``: what
+    :mod:`rapidsse._wire`'s Python pass reads of the class, so that both give the same ``_wire``."""
+    from ._schema import UnknownVariant
+    from ._wire import _holds_struct
+
+    if not (isinstance(cls, type) and issubclass(cls, Model)):
+        return None
+    info = mi.type_info(cls)
+    fields = []
+    for f in info.fields:
+        if f.encode_name == WIRE_NAME:
+            continue
+        if f.required:
+            kind, default = _AT_NEVER, None
+        elif f.default_factory is not msgspec.NODEFAULT:
+            kind = {list: _AT_EMPTY_LIST, dict: _AT_EMPTY_DICT}.get(f.default_factory, _AT_NEVER)
+            default = None
+        elif f.default is None:
+            kind, default = _AT_IDENTITY, None
+        else:
+            kind, default = _AT_EQUAL, f.default
+        fields.append((f.name, f.encode_name, kind, default, _holds_struct(f.type)))
+    return (info.tag_field, issubclass(cls, UnknownVariant), fields)

@@ -8,8 +8,17 @@ Every schema type is a :class:`msgspec.Struct` that derives from :class:`Model` 
   cycles, so the garbage collector need not track them (faster decoding, less GC work). Do not store
   a struct inside itself.
 
-Unknown JSON fields are ignored (msgspec's default), and nearly every field has a default, because
-real servers omit fields freely.
+Nearly every field has a default, because real servers omit fields freely.
+
+What came on the wire
+---------------------
+msgspec drops JSON members the schema does not list, and ``omit_defaults`` leaves out fields whose
+value equals the default (``"index": 0``, ``"logprobs": null``). So every schema Struct has one
+hidden keyword-only field, ``_wire`` (declared here, on :class:`Model`): ``None`` when the Struct
+encoded with ``omit_defaults`` is exactly what came, else a shared, immutable :class:`Wire` saying
+what differs (see :mod:`rapidsse._wire`, which computes it, and ``docs/fidelity.md``). Read the
+unknown members with :func:`rapidsse.extras`, write an event back as received with
+:func:`rapidsse.encode`.
 
 Unknown nested types
 --------------------
@@ -36,6 +45,8 @@ import msgspec
 
 __all__ = [
     "Model",
+    "Wire",
+    "WIRE_NAME",
     "Tagged",
     "UnknownVariant",
     "UnknownEvent",
@@ -48,12 +59,41 @@ __all__ = [
 UNKNOWN_TAG = "__unknown__"
 
 
-class Model(msgspec.Struct, omit_defaults=True, gc=False):
+#: The JSON name of :attr:`Model._wire` (no API sends it; a payload that does is read as an
+#: unknown member like any other, and the field is overwritten).
+WIRE_NAME = "__rapidsse_wire__"
+
+
+class Wire(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """What one decoded JSON object had beyond its Struct's ``omit_defaults`` encoding.
+
+    - ``extra``: the members the schema does not know, as the raw JSON text of an object, exactly
+      as received and in the order received (``b'{"x_groq":{"id":"r1"},"token_id":5}'``), or None;
+    - ``present``: the JSON names of known fields that were sent although their value equals the
+      field's default (so ``omit_defaults`` would drop them), e.g. ``("index", "logprobs")``.
+
+    ``Wire()`` (both empty) marks a Struct that is exact itself but holds a Struct that is not (or
+    an :class:`UnknownVariant`), so that a Struct whose ``_wire`` is None is exact all the way down.
+    Immutable, so one instance is shared by many events. (``array_like``: it is nothing a JSON
+    walker should mirror; :func:`rapidsse.encode` writes events, never a Wire.)
+    """
+
+    extra: bytes | None = None
+    present: tuple[str, ...] = ()
+
+
+class Model(msgspec.Struct, omit_defaults=True, gc=False, kw_only=True, repr_omit_defaults=True):
     """Base of all schema Structs: compact encoding, no GC tracking.
 
     Construct them with keywords: the fields shared by many events (``sequence_number``,
     ``item_id``, ...) are keyword-only, so that each event's required fields can follow them.
+
+    ``_wire`` (keyword-only, JSON name :data:`WIRE_NAME`) is ``None`` or a :class:`Wire`: what the
+    JSON this object was decoded from had beyond its ``omit_defaults`` encoding. Set by the decoders;
+    read it through :func:`rapidsse.extras` and :func:`rapidsse.encode`.
     """
+
+    _wire: Any = msgspec.field(default=None, name=WIRE_NAME)
 
 
 class Tagged(Model, tag_field="type"):
@@ -73,8 +113,8 @@ class UnknownVariant(Tagged, tag=UNKNOWN_TAG):
 
     ``type`` is the object's original type string and ``data`` the whole object as decoded JSON
     (``type`` included). :func:`decode_lenient` creates these; plain ``msgspec.json.decode`` does not.
-    Encoding one writes the wrapper (``{"type": "__unknown__", "original_type": ..., "data": ...}``),
-    which decodes back equal; ``data`` is the original object.
+    :func:`rapidsse.encode` writes ``data``, the original object; ``msgspec.json.encode`` writes the
+    wrapper (``{"type": "__unknown__", "original_type": ..., "data": ...}``), which decodes back equal.
     """
 
     original_type: str

@@ -29,6 +29,9 @@ import msgspec
 from . import anthropic, chat, completions, gemini, realtime, responses
 from ._backend import core as _backend_core
 from ._schema import UnknownEvent, decode_lenient
+from ._wire import compute as _compute_wire
+from ._wire import decode as _decode_with_wire
+from ._wire import encode as _encode
 from .decoding import EventDecoder, InvalidEvent, OnError, _achunks, _check_size, _chunks, _finished
 from .errors import DecodeError, EventTooLarge, SSEError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, adrain, drain
@@ -51,7 +54,8 @@ __all__ = [
     "stream_responses",
 ]
 
-_encode = msgspec.json.Encoder().encode
+# (`_encode`, rapidsse.encode, is also what the Rust cores write a typed event with when they do
+# not walk it.)
 
 # Texts this long come beside a Rust core's snapshot JSON rather than in it (see `_put_text`).
 _SPLICE_MIN = 1024
@@ -186,7 +190,8 @@ class _Accumulator(Generic[T]):
                 except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                     snapshot = None  # decoded whole below, to report the error on the whole JSON
                 if snapshot is not None and all(_put_text(snapshot, path, text) for path, text in texts):
-                    self._cached = snapshot
+                    # Wire info once the texts are back: a text set aside is no default sent.
+                    self._cached = _compute_wire(snapshot, raw)
                     self._cached_at = events
                     return snapshot
             raw = self._core.snapshot_json()
@@ -194,7 +199,7 @@ class _Accumulator(Generic[T]):
                 self._cached = None
             else:
                 try:
-                    self._cached = decode_lenient(raw, self._snapshot_type)
+                    self._cached = _decode_with_wire(raw, self._snapshot_type)
                 except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
                     # The server sent objects that do not fit the schema (e.g. a numeric id).
                     raise DecodeError(

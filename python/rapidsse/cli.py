@@ -35,6 +35,7 @@ import msgspec
 from . import anthropic, chat, completions, gemini, realtime, responses
 from ._backend import BACKEND
 from ._schema import UnknownEvent
+from ._wire import encode
 from .accumulate import (RealtimeAccumulator, stream_anthropic, stream_chat, stream_completions, stream_gemini,
                          stream_responses)
 from .decoding import InvalidEvent, decode_realtime, detect_protocol, iter_events
@@ -592,7 +593,8 @@ _encode = msgspec.json.Encoder().encode
 
 
 def event_json(event: Any) -> bytes:
-    """One typed event as a JSON line's content: the event's own JSON (``type`` included);
+    """One typed event as a JSON line's content: the event's own JSON as received
+    (:func:`rapidsse.encode`, ``type`` included);
     :class:`UnknownEvent` as ``{"type": ..., "raw": <its payload>}``; :class:`InvalidEvent` as
     ``{"error": ..., "index": ..., "offset": ..., "event": ..., "raw": <the payload as text>}``."""
     if isinstance(event, UnknownEvent):
@@ -603,7 +605,7 @@ def event_json(event: Any) -> bytes:
             "error": error.reason, "index": error.index, "offset": error.offset, "event": error.event,
             "raw": event.raw.decode("utf-8", "replace"),
         })  # fmt: skip
-    return _encode(event)
+    return encode(event)
 
 
 def _open(path: str) -> IO[bytes]:

@@ -28,7 +28,8 @@ from . import _native, anthropic, chat, completions, gemini, realtime, responses
 from ._backend import core as _backend_core
 from ._pure.framing import Framer
 from ._pure.guard import Exclusive
-from ._schema import UnknownEvent, decode_lenient
+from . import _wire
+from ._schema import UnknownEvent
 from .errors import DecodeError, EventTooLarge, SSEError, StreamError
 from .framing import DEFAULT_MAX_EVENT_SIZE, Bytes, ServerSentEvent, adrain, drain
 
@@ -72,8 +73,9 @@ class _Schema:
         self.event_types: dict[str, type] = module.EVENT_TYPES
         self.tagged = tagged
         decoder = msgspec.json.Decoder(module.Event)
-        self.decode_lines = decoder.decode_lines
-        self.decode_one = decoder.decode
+        # Every decoded event gets its wire info (`_wire`) from the payload: see rapidsse._wire.
+        self.decode_lines = _wire.wrap_lines(decoder.decode_lines)
+        self.decode_one = _wire.wrap_one(decoder.decode)
 
 
 _SCHEMAS = {
@@ -101,7 +103,7 @@ def _decode_alone(schema: _Schema, raw: bytes, event: str) -> Any:
     except UnicodeDecodeError:
         payload = raw.decode("utf-8", "replace")  # as the framer does for text: U+FFFD
     try:
-        return decode_lenient(payload, schema.event)
+        return _wire.decode(payload, schema.event)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         first_error = exc
     except RecursionError:
@@ -120,7 +122,7 @@ def _decode_alone(schema: _Schema, raw: bytes, event: str) -> Any:
             if cls is None:
                 return UnknownEvent(type=event, raw=raw)
             try:
-                return decode_lenient(payload, cls)
+                return _wire.decode(payload, cls)
             except (msgspec.ValidationError, RecursionError) as exc:
                 raise _Invalid(f"{exc} (decoded as {event!r}, the SSE event name)") from None
         tag = obj["type"]
@@ -296,7 +298,7 @@ class EventDecoder:
             known = list(schema.event_types) if schema.tagged else None
             builder = (
                 _native.native_schema(native, schema.event, tagged_unions=protocol == "anthropic")
-                if _native.ENABLED
+                if _native.ENABLED and _wire.NATIVE_WIRE
                 else None
             )
             self._core: Any = native.EventDecoder(
@@ -516,12 +518,13 @@ def iter_realtime(
 # --- Writing events back ------------------------------------------------------------------------
 
 _EOL = re.compile(rb"\r\n|\r|\n")
-_encode = msgspec.json.Encoder().encode
+_encode = _wire.encode
 
 
 def encode_sse(event: Any) -> bytes:
     """Writes a typed event back as SSE bytes (``event:`` line + ``data:`` line(s) + blank line),
-    so that a gateway can re-emit what it parsed; decoding the result gives an equal event.
+    so that a gateway can re-emit what it parsed; decoding the result gives an equal event. The
+    payload is :func:`rapidsse.encode`'s: for an unchanged event, JSON equal to what was received.
 
     Chat, Completions and Gemini chunks are written as ``data:`` only (as servers do; end a
     Chat or Completions stream with ``b"data: [DONE]\\n\\n"``); :class:`UnknownEvent` and :class:`InvalidEvent` write their raw payload;

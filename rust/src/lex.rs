@@ -146,11 +146,139 @@ fn hex(d: u8) -> Option<u32> {
     (d as char).to_digit(16)
 }
 
+/// Finds the first `"` or `\\` at or after `from`, in input known to hold no control byte
+/// (the tap's checked payloads: there [`string_stop`] would stop at the same byte): sixteen bytes at a time with SSE2 (part of
+/// every x86-64 CPU), then eight at a time (strings here are short: a call into memchr costs
+/// more than the scan).
+#[inline]
+pub(crate) fn quote_or_backslash(buf: &[u8], from: usize) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8,
+        };
+        let mut i = from;
+        // SAFETY: SSE2 is in the x86-64 baseline; every load reads the 16 bytes at `i`, inside
+        // `buf` (`i + 16 <= buf.len()`), unaligned loads allowed.
+        unsafe {
+            let quote = _mm_set1_epi8(b'"' as i8);
+            let backslash = _mm_set1_epi8(b'\\' as i8);
+            while i + 16 <= buf.len() {
+                let v = _mm_loadu_si128(buf.as_ptr().add(i).cast::<__m128i>());
+                let hits = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash));
+                let mask = _mm_movemask_epi8(hits) as u32;
+                if mask != 0 {
+                    return Some(i + mask.trailing_zeros() as usize);
+                }
+                i += 16;
+            }
+        }
+        quote_or_backslash_swar(buf, i)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    quote_or_backslash_swar(buf, from)
+}
+
+/// [`quote_or_backslash`], eight bytes at a time.
+#[inline]
+pub(crate) fn quote_or_backslash_swar(buf: &[u8], from: usize) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut i = from;
+    while i + 8 <= buf.len() {
+        let w = u64::from_le_bytes(buf[i..i + 8].try_into().unwrap_or([0; 8]));
+        let q = w ^ (LO * u64::from(b'"'));
+        let b = w ^ (LO * u64::from(b'\\'));
+        let hit = (q.wrapping_sub(LO) & !q & HI) | (b.wrapping_sub(LO) & !b & HI);
+        if hit != 0 {
+            return Some(i + (hit.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    buf[i..]
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\')
+        .map(|p| i + p)
+}
+
+/// The byte a one-character escape stands for (`\" \\ \/ \b \f \n \r \t`); None for any other.
+#[inline]
+pub(crate) fn simple_escape(escaped: u8) -> Option<u8> {
+    Some(match escaped {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'/' => b'/',
+        b'b' => 0x08,
+        b'f' => 0x0c,
+        b'n' => b'\n',
+        b'r' => b'\r',
+        b't' => b'\t',
+        _ => return None,
+    })
+}
+
+/// The character of the `\u` escape whose four hex digits are at `*pos` (and of the second
+/// escape of a surrogate pair), `*pos` moved past them; a lone surrogate gives None.
+pub(crate) fn unicode_escape_at(buf: &[u8], pos: &mut usize) -> Option<char> {
+    let hex4 = |at: usize| -> Option<u32> {
+        let d = buf.get(at..at + 4)?;
+        Some((hex(d[0])? << 12) | (hex(d[1])? << 8) | (hex(d[2])? << 4) | hex(d[3])?)
+    };
+    let first = hex4(*pos)?;
+    match first {
+        0xD800..=0xDBFF => {
+            if buf.get(*pos + 4..*pos + 6)? != b"\\u" {
+                return None;
+            }
+            let second = hex4(*pos + 6)?;
+            if !(0xDC00..=0xDFFF).contains(&second) {
+                return None;
+            }
+            *pos += 10;
+            char::from_u32(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))
+        }
+        0xDC00..=0xDFFF => None,
+        c => {
+            *pos += 4;
+            char::from_u32(c)
+        }
+    }
+}
+
+/// Skips the string whose opening quote is at `from`, its escapes checked (`\u` ones only when
+/// `unicode`, surrogates paired) and no raw control character; where it ends and whether it is
+/// ASCII (its UTF-8 is the caller's to check).
+#[inline]
+pub(crate) fn skip_string_at(buf: &[u8], from: usize, unicode: bool) -> Option<(usize, bool)> {
+    let mut ascii = true;
+    let mut i = from + 1;
+    loop {
+        let (at, stop) = string_stop(buf, i, &mut ascii)?;
+        match stop {
+            b'"' => return Some((at + 1, ascii)),
+            b'\\' => {
+                let escaped = *buf.get(at + 1)?;
+                if escaped == b'u' && unicode {
+                    i = at + 2;
+                    if !unicode_escape_at(buf, &mut i)?.is_ascii() {
+                        ascii = false;
+                    }
+                } else {
+                    simple_escape(escaped)?;
+                    i = at + 2;
+                }
+            }
+            _ => return None,
+        }
+    }
+}
+
 /// The end of the number starting at `from`, by JSON's grammar
 /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, and whether it has a fraction or an
 /// exponent (a float literal). A leading `0` takes one digit: what follows is the caller's.
 #[inline(always)]
-fn number_syntax(buf: &[u8], from: usize) -> Option<(usize, bool)> {
+pub(crate) fn number_syntax(buf: &[u8], from: usize) -> Option<(usize, bool)> {
     let digits = |mut i: usize| {
         while let Some(b'0'..=b'9') = buf.get(i) {
             i += 1;
@@ -313,16 +441,8 @@ impl<'a> Lexer<'a> {
                     let escaped = *self.buf.get(self.pos + 1)?;
                     self.pos += 2;
                     let byte = match escaped {
-                        b'"' => b'"',
-                        b'\\' => b'\\',
-                        b'/' => b'/',
-                        b'b' => 0x08,
-                        b'f' => 0x0c,
-                        b'n' => b'\n',
-                        b'r' => b'\r',
-                        b't' => b'\t',
                         b'u' => {
-                            let c = self.unicode_escape()?;
+                            let c = unicode_escape_at(self.buf, &mut self.pos)?;
                             if !c.is_ascii() {
                                 ascii = false;
                             }
@@ -330,7 +450,7 @@ impl<'a> Lexer<'a> {
                             scratch.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
                             continue;
                         }
-                        _ => return None,
+                        other => simple_escape(other)?,
                     };
                     scratch.push(byte);
                 }
@@ -345,33 +465,6 @@ impl<'a> Lexer<'a> {
                 }
             }
         }
-    }
-
-    /// The four hex digits after `\u` (and a second escape for a surrogate pair).
-    fn unicode_escape(&mut self) -> Option<char> {
-        let first = self.hex4()?;
-        match first {
-            0xD800..=0xDBFF => {
-                if self.buf.get(self.pos..self.pos + 2)? != b"\\u" {
-                    return None;
-                }
-                self.pos += 2;
-                let second = self.hex4()?;
-                if !(0xDC00..=0xDFFF).contains(&second) {
-                    return None;
-                }
-                char::from_u32(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))
-            }
-            0xDC00..=0xDFFF => None,
-            c => char::from_u32(c),
-        }
-    }
-
-    fn hex4(&mut self) -> Option<u32> {
-        let d = self.buf.get(self.pos..self.pos + 4)?;
-        let n = (hex(d[0])? << 12) | (hex(d[1])? << 8) | (hex(d[2])? << 4) | hex(d[3])?;
-        self.pos += 4;
-        Some(n)
     }
 
     /// A number, by JSON's grammar `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`. An integer
@@ -469,11 +562,12 @@ impl<'a> Lexer<'a> {
     }
 
     fn skip_string(&mut self) -> Option<()> {
-        let mut scratch = Vec::new();
-        let text = self.string(&mut scratch)?;
-        if !text.ascii && std::str::from_utf8(text.bytes).is_err() {
+        let from = self.pos;
+        let (end, ascii) = skip_string_at(self.buf, from, true)?;
+        if !ascii && std::str::from_utf8(&self.buf[from..end]).is_err() {
             return None;
         }
+        self.pos = end;
         Some(())
     }
 }
@@ -503,6 +597,40 @@ mod same_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quote_or_backslash_finds_the_first_at_any_position() {
+        let naive = |buf: &[u8], from: usize| {
+            buf.get(from..)?
+                .iter()
+                .position(|&c| c == b'"' || c == b'\\')
+                .map(|p| from + p)
+        };
+        for len in 0..70 {
+            for at in 0..=len {
+                for (first, second) in [(b'"', b'\\'), (b'\\', b'"'), (b'"', b'x')] {
+                    // Bytes near the two, and high bytes, around the hit.
+                    let mut buf: Vec<u8> = (0..len)
+                        .map(|i| [b'!', b'#', b'[', 0x80, 0xff][i % 5])
+                        .collect();
+                    if at < len {
+                        buf[at] = first;
+                        if at + 3 < len {
+                            buf[at + 3] = second;
+                        }
+                    }
+                    for from in 0..=len {
+                        assert_eq!(
+                            quote_or_backslash(&buf, from),
+                            naive(&buf, from),
+                            "{buf:?} {from}"
+                        );
+                        assert_eq!(quote_or_backslash_swar(&buf, from), naive(&buf, from));
+                    }
+                }
+            }
+        }
+    }
 
     fn string(json: &str) -> Option<(String, bool)> {
         let mut scratch = Vec::new();

@@ -423,3 +423,30 @@ fn chat_texts_are_capped() {
     assert_eq!(message["reasoning_content"], "r");
     assert_eq!(message["tool_calls"][0]["function"]["arguments"], "{\"k\":");
 }
+
+#[test]
+fn later_chunks_update_usage_and_vendor_members_and_keep_the_first_ids() {
+    let acc = feed_values(&[
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "x_groq": {"id": "req_1"}, "choices": [{"index": 0, "delta": {"content": "Hi"}}]}),
+        json!({"id": "c2", "created": 2, "model": "n", "obfuscation": "xx", "usage": null,
+               "x_groq": null, "service_tier": "flex", "choices": []}),
+        json!({"id": "c3", "choices": [], "x_groq": {"id": "req_1", "usage": {"queue_time": 0.1}},
+               "usage": {"prompt_tokens": 3, "prompt_cache_hit_tokens": 2}}),
+    ]);
+    let top = snapshot(&acc);
+    assert_eq!(
+        (&top["id"], &top["created"], &top["model"]),
+        (&json!("c1"), &json!(1), &json!("m"))
+    );
+    assert_eq!(
+        top["x_groq"],
+        json!({"id": "req_1", "usage": {"queue_time": 0.1}})
+    );
+    assert_eq!(
+        top["usage"],
+        json!({"prompt_tokens": 3, "prompt_cache_hit_tokens": 2})
+    );
+    assert!(top.get("service_tier").is_none()); // a schema member: the first chunk's (none)
+    assert!(top.get("obfuscation").is_none());
+}

@@ -39,12 +39,12 @@ import jiter as _jiter
 import msgspec
 
 from .._schema import UnknownEvent
+from .._wire import encode as _encode
 from ..decoding import InvalidEvent
 from ..errors import DecodeError, EventTooLarge
 from .framing import Framer, as_bytes
 from .guard import Exclusive
 
-_encode = msgspec.json.Encoder().encode
 
 __all__ = ["ResponseCore", "ChatCore", "RealtimeCore", "GeminiCore", "CompletionsCore", "AnthropicCore"]
 
@@ -739,11 +739,15 @@ def _typed_event(top: dict) -> Any:
 
 
 _CHUNK_RAW = frozenset(["usage", "system_fingerprint", "moderation", "error"])
+# The other members of the chunk schema (rapidsse.chat.ChatCompletionChunk): not read.
+_CHUNK_SCHEMA_KEYS = frozenset(["id", "created", "model", "service_tier", "obfuscation"])
 
 
 def _typed_chunk(top: dict) -> Any:
-    """The typed parse of a Chat ``Chunk``."""
-    fields: dict = {}
+    """The typed parse of a Chat ``Chunk``, and the members the chunk schema does not know,
+    unparsed, in wire order (``vendor``)."""
+    vendor: list = []
+    fields: dict = {"vendor": vendor}
     for k, v in _entries(top):
         if type(k) is not str:
             return _SYNTAX
@@ -778,6 +782,10 @@ def _typed_chunk(top: dict) -> Any:
             if _has_bad_utf8(v):
                 return _SYNTAX
             fields[k] = v
+        elif k not in _CHUNK_SCHEMA_KEYS:
+            if _has_bad_utf8(v):
+                return _SYNTAX
+            vendor.append((k, v))
     return fields
 
 
@@ -1351,7 +1359,7 @@ class _Core:
 
     def add(self, event: Any) -> None:
         """A typed event, by its JSON: ``UnknownEvent`` by its raw payload, another schema Struct
-        re-encoded; ``InvalidEvent`` was reported by the decoder already and is skipped."""
+        written back as received (:func:`rapidsse.encode`); ``InvalidEvent`` was reported by the decoder already and is skipped."""
         if isinstance(event, UnknownEvent):
             payload = event.raw
         elif isinstance(event, InvalidEvent):
@@ -1897,9 +1905,10 @@ class ChatCore(_Core):
         if completion is None:
             self._completion = self._first_top_level(tree)
         else:
-            for key in ("usage", "system_fingerprint", "moderation"):
-                value = _raw_value(chunk.get(key))
-                if value is not _ABSENT:
+            known = [(key, chunk.get(key)) for key in ("usage", "system_fingerprint", "moderation")]
+            for key, raw in known + chunk["vendor"]:
+                value = _raw_value(raw)
+                if value is not _ABSENT and value is not None:
                     completion[key] = value
         for entries in chunk.get("choices") or ():
             self._add_choice(entries)

@@ -24,7 +24,8 @@ from typing import Any
 
 import msgspec
 
-from .._schema import UnknownVariant
+from .._schema import WIRE_NAME, UnknownVariant
+from .._wire import extras
 from ..errors import SSEError
 
 __all__ = ["SSEContentTypeError", "expect_event_stream", "protocol_for_path", "to_builtins"]
@@ -76,7 +77,9 @@ def to_builtins(obj: Any) -> Any:
     Unlike ``msgspec.to_builtins`` (which honours the schemas' ``omit_defaults`` and so drops e.g.
     ``"index": 0`` or ``"annotations": []``), every field is written, defaults included, and nested
     objects of unknown types (:class:`rapidsse._schema.UnknownVariant`) are written back as the
-    original objects. This is what non-Python consumers and the openai SDK's models expect.
+    original objects, and the members the schemas do not know (:func:`rapidsse.extras`) are
+    written too (pydantic models such as the openai SDK's keep them in ``model_extra``). This is
+    what non-Python consumers and the openai SDK's models expect.
     """
     if isinstance(obj, UnknownVariant):
         return obj.data
@@ -86,7 +89,9 @@ def to_builtins(obj: Any) -> Any:
         if config.tag_field is not None:
             out[config.tag_field] = config.tag
         for field in msgspec.structs.fields(obj):
-            out[field.encode_name] = to_builtins(getattr(obj, field.name))
+            if field.encode_name != WIRE_NAME:
+                out[field.encode_name] = to_builtins(getattr(obj, field.name))
+        out.update(extras(obj))  # the members the schema does not know, as received
         return out
     if isinstance(obj, dict):
         return {key: to_builtins(value) for key, value in obj.items()}

@@ -11,8 +11,10 @@
 //! - The first accepted chunk gives the top level: all its fields (minus `obfuscation`), with
 //!   `object: "chat.completion"`, and `id: ""`, `created: 0`, `model: ""`,
 //!   `system_fingerprint: null` when missing. Later chunks update `usage`,
-//!   `system_fingerprint` and `moderation` when theirs is not null **(SDK: `usage` and
-//!   `system_fingerprint` become each chunk's value, null included)**.
+//!   `system_fingerprint`, `moderation`, and the members the chunk schema does not know
+//!   (vendor members such as Groq's `x_groq`, whose last chunk carries its usage), in that
+//!   order, when theirs is not null **(SDK: `usage` and `system_fingerprint` become each
+//!   chunk's value, null included; other members keep the first chunk's)**.
 //! - `choices[]` are matched by their `index` (default 0) **(SDK: by list position; the same
 //!   when indices are 0, 1, 2, ...)**. A choice seen for the first time is
 //!   `{index, finish_reason: null, logprobs: null, ...its own fields but delta, message}` with
@@ -45,6 +47,9 @@
 
 use std::borrow::Cow;
 
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
@@ -54,21 +59,74 @@ use super::{
     Rejected, Str, TextCap, DEFAULT_TEXT_CAP,
 };
 
-/// The chunk fields read on every chunk; the first chunk is also parsed whole.
-#[derive(Deserialize)]
+/// The chunk fields read on every chunk (the first chunk is also parsed whole), and the
+/// members the chunk schema does not know (vendor members such as Groq's `x_groq`), unparsed,
+/// in wire order.
 struct Chunk<'a> {
-    #[serde(borrow)]
     object: Option<Str<'a>>,
-    #[serde(borrow)]
     choices: Option<Vec<RawEntries<'a>>>,
-    #[serde(borrow)]
     usage: Option<&'a RawValue>,
-    #[serde(borrow)]
     system_fingerprint: Option<&'a RawValue>,
-    #[serde(borrow)]
     moderation: Option<&'a RawValue>,
-    #[serde(borrow)]
     error: Option<&'a RawValue>,
+    vendor: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+/// The other members of the chunk schema (`rapidsse.chat.ChatCompletionChunk`): not read.
+const SCHEMA_KEYS: [&str; 5] = ["id", "created", "model", "service_tier", "obfuscation"];
+
+impl<'de: 'a, 'a> Deserialize<'de> for Chunk<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ChunkVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for ChunkVisitor<'a> {
+            type Value = Chunk<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("struct Chunk")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+                    map: &mut A,
+                    slot: &mut Option<Option<T>>,
+                    name: &'static str,
+                ) -> Result<(), A::Error> {
+                    if slot.is_some() {
+                        return Err(de::Error::duplicate_field(name));
+                    }
+                    *slot = Some(map.next_value()?);
+                    Ok(())
+                }
+                let (mut object, mut choices, mut usage) = (None, None, None);
+                let (mut system_fingerprint, mut moderation, mut error) = (None, None, None);
+                let mut vendor = Vec::new();
+                while let Some(key) = map.next_key::<Str<'a>>()? {
+                    match &*key.0 {
+                        "object" => once(&mut map, &mut object, "object")?,
+                        "choices" => once(&mut map, &mut choices, "choices")?,
+                        "usage" => once(&mut map, &mut usage, "usage")?,
+                        "system_fingerprint" => {
+                            once(&mut map, &mut system_fingerprint, "system_fingerprint")?
+                        }
+                        "moderation" => once(&mut map, &mut moderation, "moderation")?,
+                        "error" => once(&mut map, &mut error, "error")?,
+                        name if SCHEMA_KEYS.contains(&name) => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        _ => vendor.push((key.0, map.next_value()?)),
+                    }
+                }
+                Ok(Chunk {
+                    object: object.flatten(),
+                    choices: choices.flatten(),
+                    usage: usage.flatten(),
+                    system_fingerprint: system_fingerprint.flatten(),
+                    moderation: moderation.flatten(),
+                    error: error.flatten(),
+                    vendor,
+                })
+            }
+        }
+        deserializer.deserialize_map(ChunkVisitor(std::marker::PhantomData))
+    }
 }
 
 /// Keys whose delta value replaces the accumulated one instead of being merged into it.
@@ -146,15 +204,26 @@ impl ChatAccumulator {
         match &mut self.completion {
             None => self.completion = Some(first_top_level(payload)),
             Some(completion) => {
-                for (key, raw) in [
+                let known = [
                     ("usage", chunk.usage),
                     ("system_fingerprint", chunk.system_fingerprint),
                     ("moderation", chunk.moderation),
-                ] {
-                    if let Some(value) =
-                        raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-                    {
-                        completion.insert(key.to_owned(), value);
+                ];
+                let vendor = chunk.vendor.iter().map(|(key, raw)| (&**key, Some(*raw)));
+                for (key, raw) in known.into_iter().chain(vendor) {
+                    let Some(value) = raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                    else {
+                        continue;
+                    };
+                    if value.is_null() {
+                        continue;
+                    }
+                    // (In place when the key is there: no key allocated per chunk.)
+                    match completion.get_mut(key) {
+                        Some(slot) => *slot = value,
+                        None => {
+                            completion.insert(key.to_owned(), value);
+                        }
                     }
                 }
             }

@@ -4,19 +4,23 @@
 //! indices, the delta, and fields nobody reads). This reader does the same job in one
 //! validating pass over compact JSON, borrowing strings where it can. It is conservative: it
 //! only answers when it is sure serde would produce the very same event, and gives up
-//! (`None`) on anything unusual — raw control characters or line breaks, `\u` escapes outside
-//! the fields it reads, nesting deeper than 64, a duplicated or mistyped read field, a
-//! non-integer index — so that serde, the reference, decides those cases (and words the
-//! errors). The differential tests below hold it to that.
+//! (`None`) on anything unusual — raw control characters or line breaks, a lone surrogate,
+//! nesting deeper than 64, a duplicated or mistyped read field, a non-integer index — so that
+//! serde, the reference, decides those cases (and words the errors). The differential tests
+//! below hold it to that. Its strings, escapes, numbers and skipping are the crate's one JSON
+//! reader's, [`crate::lex`] (`docs/internals-json.md`); this module is the event-specific part.
 
 use std::borrow::Cow;
 
 use serde_json::{Map, Number, Value};
 
 use super::{Str, StreamEvent, RAW_FIELDS};
-use crate::lex::{same, string_stop};
+use crate::lex::{
+    number_syntax, quote_or_backslash, same, simple_escape, skip_string_at, string_stop,
+    unicode_escape_at, Lexer,
+};
 
-const MAX_DEPTH: usize = 64;
+use crate::lex::MAX_DEPTH;
 
 /// Reads `payload` into `ev` (a default one), or returns false when serde must decide.
 /// (An out-parameter: the event is large, and returning it by value costs copies.)
@@ -98,22 +102,15 @@ pub(crate) fn unescape_into(out: &mut String, raw: &str) {
     while let Some(i) = memchr::memchr(b'\\', &bytes[from..]) {
         let at = from + i;
         out.push_str(&raw[from..at]);
-        let c = match bytes.get(at + 1) {
-            Some(b'"') => '"',
-            Some(b'\\') => '\\',
-            Some(b'/') => '/',
-            Some(b'b') => '\u{8}',
-            Some(b'f') => '\u{c}',
-            Some(b'n') => '\n',
-            Some(b'r') => '\r',
-            Some(b't') => '\t',
+        let c = match bytes.get(at + 1).copied().and_then(simple_escape) {
+            Some(c) => c,
             other => {
                 // Not from `Reader::hole_text`, which refuses any other escape.
                 debug_assert!(false, "unexpected escape {other:?}");
-                '\\'
+                b'\\'
             }
         };
-        out.push(c);
+        out.push(char::from(c));
         from = at + 2;
     }
     out.push_str(&raw[from.min(raw.len())..]);
@@ -578,61 +575,6 @@ enum Field {
     Other,
 }
 
-/// Finds the first `"` or `\\` at or after `from`: sixteen bytes at a time with SSE2 (part of
-/// every x86-64 CPU), then eight at a time (strings here are short: a call into memchr costs
-/// more than the scan).
-#[inline]
-fn quote_or_backslash(buf: &[u8], from: usize) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{
-            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-            _mm_set1_epi8,
-        };
-        let mut i = from;
-        // SAFETY: SSE2 is in the x86-64 baseline; every load reads the 16 bytes at `i`, inside
-        // `buf` (`i + 16 <= buf.len()`), unaligned loads allowed.
-        unsafe {
-            let quote = _mm_set1_epi8(b'"' as i8);
-            let backslash = _mm_set1_epi8(b'\\' as i8);
-            while i + 16 <= buf.len() {
-                let v = _mm_loadu_si128(buf.as_ptr().add(i).cast::<__m128i>());
-                let hits = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash));
-                let mask = _mm_movemask_epi8(hits) as u32;
-                if mask != 0 {
-                    return Some(i + mask.trailing_zeros() as usize);
-                }
-                i += 16;
-            }
-        }
-        quote_or_backslash_swar(buf, i)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    quote_or_backslash_swar(buf, from)
-}
-
-/// [`quote_or_backslash`], eight bytes at a time.
-#[inline]
-fn quote_or_backslash_swar(buf: &[u8], from: usize) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let mut i = from;
-    while i + 8 <= buf.len() {
-        let w = u64::from_le_bytes(buf[i..i + 8].try_into().unwrap_or([0; 8]));
-        let q = w ^ (LO * u64::from(b'"'));
-        let b = w ^ (LO * u64::from(b'\\'));
-        let hit = (q.wrapping_sub(LO) & !q & HI) | (b.wrapping_sub(LO) & !b & HI);
-        if hit != 0 {
-            return Some(i + (hit.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    buf[i..]
-        .iter()
-        .position(|&c| c == b'"' || c == b'\\')
-        .map(|p| i + p)
-}
-
 fn field(key: &[u8]) -> Field {
     // Most keys differ in length or first byte: one comparison each.
     match (key.len(), key.first()) {
@@ -859,16 +801,8 @@ impl<'a> Reader<'a> {
                     let escaped = *self.buf.get(self.pos)?;
                     self.pos += 1;
                     match escaped {
-                        b'"' => out.push('"'),
-                        b'\\' => out.push('\\'),
-                        b'/' => out.push('/'),
-                        b'b' => out.push('\u{8}'),
-                        b'f' => out.push('\u{c}'),
-                        b'n' => out.push('\n'),
-                        b'r' => out.push('\r'),
-                        b't' => out.push('\t'),
-                        b'u' => out.push(self.unicode_escape()?),
-                        _ => return None,
+                        b'u' => out.push(unicode_escape_at(self.buf, &mut self.pos)?),
+                        _ => out.push(char::from(simple_escape(escaped)?)),
                     }
                 }
                 _ => {
@@ -943,34 +877,6 @@ impl<'a> Reader<'a> {
         Reader::checked(&self.buf[start..self.pos]).map(|_| ())
     }
 
-    /// The character of a `\u` escape (its four hex digits follow), pairing surrogates; a lone
-    /// surrogate gives `None` (serde's decision).
-    fn unicode_escape(&mut self) -> Option<char> {
-        let first = self.hex4()?;
-        match first {
-            0xD800..=0xDBFF => {
-                self.literal(b"\\u")?;
-                let second = self.hex4()?;
-                if !(0xDC00..=0xDFFF).contains(&second) {
-                    return None;
-                }
-                char::from_u32(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))
-            }
-            0xDC00..=0xDFFF => None,
-            c => char::from_u32(c),
-        }
-    }
-
-    fn hex4(&mut self) -> Option<u32> {
-        let digits = self.buf.get(self.pos..self.pos + 4)?;
-        let mut n = 0u32;
-        for &d in digits {
-            n = n * 16 + (d as char).to_digit(16)?;
-        }
-        self.pos += 4;
-        Some(n)
-    }
-
     /// A plain non-negative integer that fits `u64` (no sign, fraction or exponent).
     #[inline(always)]
     fn unsigned(&mut self) -> Option<u64> {
@@ -1002,68 +908,14 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Validates (and skips) any JSON value.
+    /// Validates (and skips) any JSON value: the lexer's [`Lexer::skip_value`] (strings checked
+    /// as the lexer checks them, `\u` escapes included; nesting up to [`MAX_DEPTH`]).
     fn value(&mut self, depth: usize) -> Option<()> {
-        match self.peek()? {
-            b'"' => self.skip_string(),
-            b'{' => {
-                if depth >= MAX_DEPTH {
-                    return None;
-                }
-                self.pos += 1;
-                self.skip_spaces();
-                if self.peek()? == b'}' {
-                    self.pos += 1;
-                    return Some(());
-                }
-                loop {
-                    self.skip_spaces();
-                    self.skip_string()?;
-                    self.skip_spaces();
-                    self.eat(b':')?;
-                    self.skip_spaces();
-                    self.value(depth + 1)?;
-                    self.skip_spaces();
-                    match self.peek()? {
-                        b',' => self.pos += 1,
-                        b'}' => {
-                            self.pos += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
-            b'[' => {
-                if depth >= MAX_DEPTH {
-                    return None;
-                }
-                self.pos += 1;
-                self.skip_spaces();
-                if self.peek()? == b']' {
-                    self.pos += 1;
-                    return Some(());
-                }
-                loop {
-                    self.skip_spaces();
-                    self.value(depth + 1)?;
-                    self.skip_spaces();
-                    match self.peek()? {
-                        b',' => self.pos += 1,
-                        b']' => {
-                            self.pos += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            b'-' | b'0'..=b'9' => self.number(),
-            _ => None,
-        }
+        let mut lx = Lexer::new(self.buf);
+        lx.seek(self.pos);
+        lx.skip_value(depth)?;
+        self.pos = lx.position();
+        Some(())
     }
 
     /// [`value`](Self::value), with a short string without escapes (the usual unread field)
@@ -1080,49 +932,19 @@ impl<'a> Reader<'a> {
         self.value(0)
     }
 
-    /// Skips a string; any `\u` escape is left to serde (surrogate rules).
+    /// Skips a string with no `\u` escape (what [`unescape_into`] unescapes; the rest is left
+    /// to serde).
     fn skip_string(&mut self) -> Option<()> {
-        self.eat(b'"')?;
-        loop {
-            self.pos = quote_or_backslash(self.buf, self.pos)?;
-            if self.buf[self.pos] == b'"' {
-                self.pos += 1;
-                return Some(());
-            }
-            match self.buf.get(self.pos + 1)? {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.pos += 2,
-                _ => return None,
-            }
+        if self.peek()? != b'"' {
+            return None;
         }
+        self.pos = skip_string_at(self.buf, self.pos, false)?.0;
+        Some(())
     }
 
-    /// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+    /// A number by JSON's grammar (the lexer's), skipped.
     fn number(&mut self) -> Option<()> {
-        if self.peek() == Some(b'-') {
-            self.pos += 1;
-        }
-        match self.peek()? {
-            b'0' => self.pos += 1,
-            b'1'..=b'9' => self.digits(),
-            _ => return None,
-        }
-        if self.peek() == Some(b'.') {
-            self.pos += 1;
-            if !matches!(self.peek(), Some(b'0'..=b'9')) {
-                return None;
-            }
-            self.digits();
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.pos += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.pos += 1;
-            }
-            if !matches!(self.peek(), Some(b'0'..=b'9')) {
-                return None;
-            }
-            self.digits();
-        }
+        self.pos = number_syntax(self.buf, self.pos)?.0;
         Some(())
     }
 
@@ -1233,12 +1055,6 @@ impl<'a> Reader<'a> {
     /// serde; a payload with control bytes never reaches them).
     fn skip_json_spaces(&mut self) {
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.buf.get(self.pos) {
-            self.pos += 1;
-        }
-    }
-
-    fn digits(&mut self) {
-        while let Some(b'0'..=b'9') = self.peek() {
             self.pos += 1;
         }
     }
@@ -1387,40 +1203,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn quote_or_backslash_finds_the_first_at_any_position() {
-        let naive = |buf: &[u8], from: usize| {
-            buf.get(from..)?
-                .iter()
-                .position(|&c| c == b'"' || c == b'\\')
-                .map(|p| from + p)
-        };
-        for len in 0..70 {
-            for at in 0..=len {
-                for (first, second) in [(b'"', b'\\'), (b'\\', b'"'), (b'"', b'x')] {
-                    // Bytes near the two, and high bytes, around the hit.
-                    let mut buf: Vec<u8> = (0..len)
-                        .map(|i| [b'!', b'#', b'[', 0x80, 0xff][i % 5])
-                        .collect();
-                    if at < len {
-                        buf[at] = first;
-                        if at + 3 < len {
-                            buf[at + 3] = second;
-                        }
-                    }
-                    for from in 0..=len {
-                        assert_eq!(
-                            quote_or_backslash(&buf, from),
-                            naive(&buf, from),
-                            "{buf:?} {from}"
-                        );
-                        assert_eq!(quote_or_backslash_swar(&buf, from), naive(&buf, from));
-                    }
-                }
-            }
-        }
-    }
-
     /// An event as comparable text: its fields, the kept ones (raw JSON from serde, values
     /// built by this reader) as the values the accumulators read.
     fn canonical(mut ev: StreamEvent<'_>) -> String {
@@ -1476,6 +1258,8 @@ mod tests {
             br#"{ "type" : "x" , "item_id" : null , "n" : 0.5 }"#,
             br#"{}"#,
             br#"{"type":"response.completed","response":{"id":"r","output":[],"usage":{"total_tokens":3}},"code":null}"#,
+            // `\u` escapes in a field nobody reads: validated and skipped by the lexer.
+            br#"{"other":"\u0041","more":["\ud83d\ude00"]}"#,
         ] {
             assert!(check(p), "{}", String::from_utf8_lossy(p));
         }
@@ -1492,7 +1276,7 @@ mod tests {
             br#"{"sequence_number":18446744073709551616}"#,
             br#"{"output_index":01}"#,
             br#"{"delta":"\ud800"}"#,
-            br#"{"other":"\u0041"}"#,
+            br#"{"other":"\ud800"}"#,
             br#"{"t\u0079pe":"x"}"#,
             br#"{"a":1,}"#,
             br#"{"a":01}"#,
@@ -1665,7 +1449,7 @@ mod tests {
             delta(9, "null", "\"x\""),
             delta(9, "5", "\"x\""),
             delta(9, "\"\\ud800\"", "\"x\""),
-            delta(9, "\"a\"", "\"\\u0041\""),
+            delta(9, "\"a\"", "\"\\ud800\""),
             delta(9, "\"a", "\"x\""),
             delta(9, "\"a\"", "\"x\"").replace("msg_1", "msg_2"),
             delta(9, "\"a\"", "\"x\"").replace("\"content_index\":2", "\"content_index\":3"),

@@ -57,9 +57,9 @@ use crate::framing::{Framer, RawEvent, Sink, Wholes};
 mod anthropic;
 mod chat;
 mod completions;
-mod fast;
+pub(crate) mod fast;
 mod gemini;
-mod json;
+pub(crate) mod json;
 pub use json::Step;
 #[cfg(test)]
 mod tap_tests;

@@ -7,7 +7,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 use serde_json::Value;
 
 use super::framing::framing_error;
-use super::structs::{exact_str, optional_index, to_value, ClassSlots, Slot};
+use super::structs::{exact_str, optional_index, to_value_as_received, ClassSlots, Slot};
 use super::{error_from, with_bytes, Imported, EVENT_TOO_LARGE};
 use crate::accumulate::{
     text_field, Accumulate, AccumulateError, AnthropicAccumulator, ChatAccumulator,
@@ -109,7 +109,7 @@ impl AddTyped for ResponseAccumulator {
     fn add_typed(&mut self, classes: &mut TextClasses, event: &Bound<'_, PyAny>) -> PyResult<()> {
         let events = self.events();
         let TextClasses { table, memo } = classes;
-        if let Some(class) = table.get(event) {
+        if let Some(class) = table.get(event).filter(|class| !class.has_extras(event)) {
             if let Some(result) = memo.continue_run(self, event, class, events) {
                 return result.map_err(|err| text_too_large(event.py(), &err));
             }
@@ -124,7 +124,7 @@ impl AddTyped for ResponseAccumulator {
         // Any other schema event as its JSON would parse, walked off the Struct (no encoding,
         // no parse).
         add_encoded(self, event, |acc| {
-            let Some(Value::Object(map)) = to_value(event) else {
+            let Some(Value::Object(map)) = to_value_as_received(event) else {
                 return None;
             };
             Some(acc.add_event(&StreamEvent::from_value(map)?))
@@ -148,6 +148,10 @@ struct TextClass {
     field: &'static str,
     text: Slot,
     fields: [Option<Slot>; 5],
+    /// The hidden `_wire` field (`rapidsse._schema.Model`): an event whose JSON had members
+    /// the schema does not know goes the JSON way, where the core sees them as it would in
+    /// the payload.
+    wire: Option<Slot>,
 }
 
 impl TextClass {
@@ -159,11 +163,30 @@ impl TextClass {
         Some(TextClass {
             text: class.slot(field)?,
             fields: TEXT_EVENT_FIELDS.map(|name| class.slot(name)),
+            wire: class.slot(WIRE_NAME),
             field,
             kind,
         })
     }
+
+    /// Whether `event` (of this class) carries unknown members (`_wire.extra` is set).
+    fn has_extras(&self, event: &Bound<'_, PyAny>) -> bool {
+        let Some(slot) = &self.wire else {
+            return false;
+        };
+        // SAFETY: the caller matched `event`'s exact class to the one the slots came from.
+        match unsafe { slot.read(event) } {
+            None => true, // unset: let the JSON way decide
+            Some(wire) if wire.is_none() => false,
+            Some(wire) => !wire
+                .getattr(pyo3::intern!(event.py(), "extra"))
+                .is_ok_and(|extra| extra.is_none()),
+        }
+    }
 }
+
+/// The JSON name of the hidden field of every schema Struct (`rapidsse._schema.WIRE_NAME`).
+const WIRE_NAME: &str = "__rapidsse_wire__";
 
 /// Per event class, looked up once: is it a text event, and its shape. Keyed by the type
 /// object's address; the classes are kept alive here, so an address is never reused.

@@ -6,6 +6,7 @@ mod drain;
 mod framing;
 mod native;
 mod structs;
+mod wire;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -88,6 +89,10 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoding::EventDecoder>()?;
     m.add_class::<drain::Drain>()?;
     m.add_class::<native::NativeSchema>()?;
+    m.add_function(wrap_pyfunction!(wire::wire_setup, m)?)?;
+    m.add_function(wrap_pyfunction!(structs::wire_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(wire::wire_compute, m)?)?;
+    m.add_function(wrap_pyfunction!(wire::wire_compute_lines, m)?)?;
     m.add_class::<accumulate::ResponseCore>()?;
     m.add_class::<accumulate::ChatCore>()?;
     m.add_class::<accumulate::RealtimeCore>()?;

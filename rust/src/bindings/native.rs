@@ -17,6 +17,11 @@
 //! escape in a key, a lone surrogate, a raw control character, invalid UTF-8), an integer
 //! beyond 64 bits, a non-finite float, and broken JSON. The schemas are described by Python
 //! (`rapidsse._native`, from `msgspec.inspect`); the JSON is read by [`crate::lex`].
+//!
+//! It also sets each Struct's hidden `_wire` field (what came beyond the Struct's
+//! `omit_defaults` encoding: the unknown members' raw text, the fields sent at their default),
+//! as `rapidsse._wire`'s Python pass would, sharing `Wire` objects where it can; a repeated or
+//! non-UTF-8 unknown key declines. See `docs/internals-fidelity.md`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,13 +75,32 @@ enum Default {
     Value(Py<PyAny>),
     List,
     Dict,
+    /// The hidden `_wire` field (see [`WireKit`]): None until the builder sets it.
+    Wire,
+}
+
+/// How a field's value is told to be at its default (`value == default`, as the Python pass
+/// `rapidsse._wire` asks it; an empty list or dict for those default factories).
+pub(crate) enum AtDefault {
+    /// Equal only when it is the very default object: None; True or False for a field that
+    /// admits no number; a small int (CPython keeps one of each, and the builder hands out
+    /// those) for a field that admits no float or bool.
+    Identity(Py<PyAny>),
+    /// Compared with `==`.
+    Equal(Py<PyAny>),
+    EmptyList,
+    EmptyDict,
+    Never,
 }
 
 struct Field {
     json: Box<[u8]>,
+    /// The JSON name as a str, for `Wire.present`.
+    name: Py<PyAny>,
     offset: usize,
     node: Node,
     default: Default,
+    at_default: AtDefault,
 }
 
 struct StructPlan {
@@ -86,6 +110,20 @@ struct StructPlan {
     fields: Option<Vec<Field>>,
     forbid_unknown: bool,
     tag_field: Option<Box<[u8]>>,
+    /// The offset of the `_wire` slot (a `rapidsse._schema.Model`), when it has one.
+    wire: Option<usize>,
+}
+
+/// What the builder makes `_wire` values with: the `Wire` class (a frozen msgspec Struct of two
+/// fields, built as the schema classes are: its own `tp_alloc`, the slots written) and the
+/// shared `DEEP` (the `_wire` of a Struct exact itself that holds one that is not).
+pub(crate) struct WireKit {
+    cls: Py<PyType>,
+    alloc: ffi::allocfunc,
+    extra: usize,
+    present: usize,
+    pub(crate) deep: Py<PyAny>,
+    pub(crate) empty: Py<PyAny>,
 }
 
 /// The schemas of one protocol, as the builder reads them. Shared by all decoders.
@@ -101,6 +139,9 @@ pub(crate) struct Schema {
     /// CPython's own small ints, -5 to 256, taken once (handing one out is then a reference
     /// count, not a call that looks it up).
     small_ints: Vec<Py<PyAny>>,
+    /// How `_wire` values are made; None: the builder leaves `_wire` None and skips unknown
+    /// members as before (a description without wire info, as in some tests).
+    wire: Option<WireKit>,
 }
 
 /// A decoder's own state: its working buffers and caches, and the shape of its events.
@@ -121,6 +162,10 @@ struct Work {
     nested_tag: Vec<u8>,
     nested_union: usize,
     nested_struct: usize,
+    /// Per Struct class: the `Wire(present=...)` made for each set of present-at-default fields
+    /// (events without unknown members share them), and the `present` tuples.
+    wires: Vec<Vec<(u64, Py<PyAny>)>>,
+    presents: Vec<Vec<(u64, Py<PyAny>)>>,
 }
 
 #[derive(Default)]
@@ -141,14 +186,18 @@ struct CachedInt {
     score: i8,
 }
 
+/// The most `Wire` objects (and `present` tuples) kept per class, one per set of present
+/// fields: past that, each is made afresh (the same value).
+pub(crate) const MAX_CACHED_WIRES: usize = 64;
+
 const SCORE_MAX: i8 = 16;
 const SCORE_OFF: i8 = -16;
 
 /// An owned reference, released on drop (what a declined, half-built object becomes).
-struct Owned(*mut ffi::PyObject);
+pub(crate) struct Owned(pub(crate) *mut ffi::PyObject);
 
 impl Owned {
-    fn new(ptr: *mut ffi::PyObject) -> Option<Owned> {
+    pub(crate) fn new(ptr: *mut ffi::PyObject) -> Option<Owned> {
         if ptr.is_null() {
             // SAFETY: called with the GIL held (every caller is under a `Python` token).
             unsafe { ffi::PyErr_Clear() };
@@ -158,7 +207,7 @@ impl Owned {
         }
     }
 
-    fn into_raw(self) -> *mut ffi::PyObject {
+    pub(crate) fn into_raw(self) -> *mut ffi::PyObject {
         let ptr = self.0;
         std::mem::forget(self);
         ptr
@@ -172,20 +221,252 @@ impl Drop for Owned {
     }
 }
 
-fn new_ref(ptr: *mut ffi::PyObject) -> Owned {
+pub(crate) fn new_ref(ptr: *mut ffi::PyObject) -> Owned {
     // SAFETY: `ptr` is a live object (None, True, False, a default value kept by the schema).
     unsafe { ffi::Py_IncRef(ptr) };
     Owned(ptr)
 }
 
+impl WireKit {
+    /// The kit of `(Wire, DEEP)`; None (no wire info) when `Wire`'s slots do not check out.
+    pub(crate) fn of(py: Python<'_>, kit: &Bound<'_, PyTuple>) -> PyResult<Option<WireKit>> {
+        let cls = kit.get_item(0)?.cast_into::<PyType>()?;
+        let deep = kit.get_item(1)?.unbind();
+        if !direct_reads(py) || cls.getattr("__itemsize__")?.extract::<isize>()? != 0 {
+            return Ok(None);
+        }
+        let builtins = py.import("builtins")?;
+        let (a, b) = (
+            builtins.getattr("object")?.call0()?,
+            builtins.getattr("object")?.call0()?,
+        );
+        let instance = cls.call((a, b), None)?;
+        let (Some(extra), Some(present)) = (
+            Slot::of(&cls, "extra", &instance),
+            Slot::of(&cls, "present", &instance),
+        ) else {
+            return Ok(None);
+        };
+        // SAFETY: `cls` is a live type object; `tp_alloc` is one of its slots.
+        let alloc = unsafe { ffi::PyType_GetSlot(cls.as_type_ptr(), ffi::Py_tp_alloc) };
+        if alloc.is_null() {
+            return Ok(None);
+        }
+        Ok(Some(WireKit {
+            // SAFETY: the `Py_tp_alloc` slot holds an `allocfunc`.
+            alloc: unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::allocfunc>(alloc) },
+            cls: cls.unbind(),
+            extra: extra.offset(),
+            present: present.offset(),
+            deep,
+            empty: PyTuple::empty(py).into_any().unbind(),
+        }))
+    }
+
+    /// A new `Wire(extra, present)` (`extra` None when the bytes are None).
+    pub(crate) fn make(&self, extra: Option<&[u8]>, present: *mut ffi::PyObject) -> Option<Owned> {
+        // SAFETY: the class's own `tp_alloc`, a zeroed instance or NULL; each slot (checked
+        // against `getattr`) written once with a new reference; objects made with the GIL held.
+        unsafe {
+            let extra = match extra {
+                Some(bytes) => Owned::new(ffi::PyBytes_FromStringAndSize(
+                    bytes.as_ptr().cast(),
+                    bytes.len() as ffi::Py_ssize_t,
+                ))?,
+                None => new_ref(ffi::Py_None()),
+            };
+            let present = new_ref(present);
+            let obj = Owned::new((self.alloc)(self.cls.as_ptr().cast(), 0))?;
+            let base = obj.0.cast::<u8>();
+            *base.add(self.extra).cast::<*mut ffi::PyObject>() = extra.into_raw();
+            *base.add(self.present).cast::<*mut ffi::PyObject>() = present.into_raw();
+            Some(obj)
+        }
+    }
+}
+
+/// Whether `value` (a field's value, built or kept) equals the field's default, as the Python
+/// pass decides it (`value is default or value == default`; empty for the factories).
+fn at_default(field: &Field, value: *mut ffi::PyObject) -> bool {
+    field.at_default.holds(value)
+}
+
+impl AtDefault {
+    /// Whether `value` (a live object) is at this default.
+    pub(crate) fn holds(&self, value: *mut ffi::PyObject) -> bool {
+        // SAFETY: `value` is a live object; type checks, sizes and a comparison with the GIL held.
+        unsafe {
+            match self {
+                AtDefault::Identity(d) => value == d.as_ptr(),
+                AtDefault::Equal(d) => {
+                    value == d.as_ptr()
+                        || match ffi::PyObject_RichCompareBool(value, d.as_ptr(), ffi::Py_EQ) {
+                            1 => true,
+                            0 => false,
+                            _ => {
+                                ffi::PyErr_Clear();
+                                false
+                            }
+                        }
+                }
+                AtDefault::EmptyList => {
+                    ffi::Py_TYPE(value) == std::ptr::addr_of_mut!(ffi::PyList_Type)
+                        && ffi::PyList_Size(value) == 0
+                }
+                AtDefault::EmptyDict => {
+                    ffi::Py_TYPE(value) == std::ptr::addr_of_mut!(ffi::PyDict_Type)
+                        && ffi::PyDict_Size(value) == 0
+                }
+                AtDefault::Never => false,
+            }
+        }
+    }
+}
+
+/// What one object of a payload had beyond its Struct's `omit_defaults` encoding, as the
+/// builder gathers it: the fields sent at their default, the unknown members (as the JSON text
+/// of an object, `{"k":v,...}`, keys as sent, values byte for byte), and whether a Struct
+/// below it is not exact.
+#[derive(Default)]
+pub(crate) struct Deviation {
+    pub(crate) present: u64,
+    pub(crate) extra: Option<Vec<u8>>,
+    /// Where each unknown key lies in `extra`, to refuse a repeated one (the Python pass keeps
+    /// one member per name: such a payload is left to it).
+    keys: Vec<(u32, u32)>,
+    pub(crate) deep: bool,
+}
+
+impl Deviation {
+    /// Adds the unknown member `key` (its bytes between the quotes) with `value` (its JSON
+    /// text); None when `key` was seen before or is not UTF-8.
+    pub(crate) fn unknown(&mut self, key: &[u8], value: &[u8]) -> Option<()> {
+        if !key.is_ascii() {
+            std::str::from_utf8(key).ok()?;
+        }
+        let extra = self.extra.get_or_insert_with(|| Vec::with_capacity(64));
+        for &(from, to) in &self.keys {
+            if same(&extra[from as usize..to as usize], key) {
+                return None;
+            }
+        }
+        extra.push(if self.keys.is_empty() { b'{' } else { b',' });
+        extra.push(b'"');
+        let from = u32::try_from(extra.len()).ok()?;
+        extra.extend_from_slice(key);
+        let to = u32::try_from(extra.len()).ok()?;
+        extra.extend_from_slice(b"\":");
+        extra.extend_from_slice(value);
+        self.keys.push((from, to));
+        Some(())
+    }
+}
+
 impl Schema {
+    /// The `_wire` of a Struct `index` that deviates so (a new reference; None for an exact
+    /// one), or None on a failure.
+    fn wire_of(
+        &self,
+        py: Python<'_>,
+        work: &mut Work,
+        index: usize,
+        dev: &mut Deviation,
+    ) -> Option<Owned> {
+        let Some(kit) = &self.wire else {
+            return Some(new_ref(unsafe { ffi::Py_None() }));
+        };
+        if let Some(extra) = &mut dev.extra {
+            extra.push(b'}');
+            let present = if dev.present == 0 {
+                kit.empty.as_ptr()
+            } else {
+                self.present_tuple(py, work, index, dev.present)?
+            };
+            return kit.make(Some(extra), present);
+        }
+        if dev.present != 0 {
+            if let Some((_, w)) = work.wires[index].iter().find(|(p, _)| *p == dev.present) {
+                return Some(new_ref(w.as_ptr()));
+            }
+            let tuple = self.present_tuple(py, work, index, dev.present)?;
+            let wire = kit.make(None, tuple)?;
+            // SAFETY: a new reference for the cache, kept with the decoder's state.
+            let kept = unsafe { Bound::from_owned_ptr(py, new_ref(wire.0).into_raw()) };
+            if work.wires[index].len() < MAX_CACHED_WIRES {
+                work.wires[index].push((dev.present, kept.unbind()));
+            }
+            return Some(wire);
+        }
+        // SAFETY: None is a live object.
+        Some(new_ref(if dev.deep {
+            kit.deep.as_ptr()
+        } else {
+            unsafe { ffi::Py_None() }
+        }))
+    }
+
+    /// The `present` tuple of the fields of Struct `index` in `present` (their JSON names, in
+    /// field order), made once per decoder (a borrowed pointer, kept by `work`).
+    fn present_tuple(
+        &self,
+        py: Python<'_>,
+        work: &mut Work,
+        index: usize,
+        present: u64,
+    ) -> Option<*mut ffi::PyObject> {
+        if let Some((_, t)) = work.presents[index].iter().find(|(p, _)| *p == present) {
+            return Some(t.as_ptr());
+        }
+        let fields = self.structs[index].fields.as_deref()?;
+        // SAFETY: a new tuple of `n` items, each set once with a new reference; GIL held.
+        let tuple = unsafe {
+            let n = present.count_ones() as ffi::Py_ssize_t;
+            let tuple = Owned::new(ffi::PyTuple_New(n))?;
+            let mut at = 0;
+            for (i, f) in fields.iter().enumerate() {
+                if present & (1u64 << i) != 0 {
+                    ffi::PyTuple_SetItem(tuple.0, at, new_ref(f.name.as_ptr()).into_raw());
+                    at += 1;
+                }
+            }
+            Bound::from_owned_ptr(py, tuple.into_raw()).unbind()
+        };
+        let ptr = tuple.as_ptr();
+        if work.presents[index].len() < MAX_CACHED_WIRES {
+            work.presents[index].push((present, tuple));
+        }
+        Some(ptr)
+    }
+
+    /// Sets the `_wire` slot of `obj` (a complete Struct `index`, its `_wire` filled with None)
+    /// to `wire`, and tells the parent whether `obj` deviates.
+    fn set_wire(&self, obj: &Owned, index: usize, wire: Owned, deep: &mut bool) {
+        let Some(offset) = self.structs[index].wire else {
+            return;
+        };
+        // SAFETY: the `_wire` slot of the instance, holding a reference (None) released here.
+        unsafe {
+            if wire.0 != ffi::Py_None() {
+                *deep = true;
+            }
+            let slot = obj.0.cast::<u8>().add(offset).cast::<*mut ffi::PyObject>();
+            let old = std::mem::replace(&mut *slot, wire.into_raw());
+            ffi::Py_DecRef(old);
+        }
+    }
+
     /// Reads the description `rapidsse._native.describe` wrote.
     fn from_description(
         py: Python<'_>,
         structs: &Bound<'_, PyList>,
         roots: &Bound<'_, PyAny>,
         tag_field: Option<String>,
+        wire: Option<&Bound<'_, PyTuple>>,
     ) -> PyResult<Schema> {
+        let wire = match wire {
+            Some(kit) => WireKit::of(py, kit)?,
+            None => None,
+        };
         let mut schema = Schema {
             structs: Vec::with_capacity(structs.len()),
             tag_field: tag_field.map(|t| t.into_bytes().into_boxed_slice()),
@@ -196,6 +477,7 @@ impl Schema {
             small_ints: (SMALL_INT_MIN..=SMALL_INT_MAX)
                 .map(|n| pyo3::types::PyInt::new(py, n).into_any().unbind())
                 .collect(),
+            wire,
         };
         let usable = direct_reads(py);
         for entry in structs.iter() {
@@ -220,12 +502,19 @@ impl Schema {
                 }
                 _ => None,
             };
+            let wire = fields.as_deref().and_then(|fields| {
+                fields
+                    .iter()
+                    .find(|f| matches!(f.default, Default::Wire))
+                    .map(|f| f.offset)
+            });
             schema.structs.push(StructPlan {
                 cls: cls.unbind(),
                 alloc: alloc.unwrap_or(ffi::PyType_GenericAlloc),
                 fields,
                 forbid_unknown,
                 tag_field: tag.map(|t| t.into_bytes().into_boxed_slice()),
+                wire,
             });
         }
         if let Ok(tags) = roots.cast::<PyDict>() {
@@ -303,13 +592,37 @@ impl Schema {
                 1 => Default::Value(field.get_item(4)?.unbind()),
                 2 => Default::List,
                 3 => Default::Dict,
+                4 => Default::Wire,
                 _ => return Ok(None),
             };
+            let at_default = match &default {
+                Default::Required | Default::Wire => AtDefault::Never,
+                Default::List => AtDefault::EmptyList,
+                Default::Dict => AtDefault::EmptyDict,
+                Default::Value(v) => {
+                    let v = v.bind(py);
+                    let small_int = v.get_type().is(py.get_type::<pyo3::types::PyInt>())
+                        && v.extract::<i64>()
+                            .is_ok_and(|n| (SMALL_INT_MIN..=SMALL_INT_MAX).contains(&n));
+                    let singleton = v.is_none()
+                        || (v.is(&pyo3::types::PyBool::new(py, true).to_owned())
+                            || v.is(&pyo3::types::PyBool::new(py, false).to_owned()))
+                            && node.mask & (INT | FLOAT) == 0
+                        || small_int && node.mask & (FLOAT | BOOL) == 0;
+                    if singleton {
+                        AtDefault::Identity(v.clone().unbind())
+                    } else {
+                        AtDefault::Equal(v.clone().unbind())
+                    }
+                }
+            };
             fields.push(Field {
+                name: pyo3::types::PyString::new(py, &json).into_any().unbind(),
                 json: json.into_bytes().into_boxed_slice(),
                 offset: slot.offset(),
                 node,
                 default,
+                at_default,
             });
         }
         Ok(Some(fields))
@@ -366,6 +679,8 @@ impl Schema {
                 nested_tag: Vec::new(),
                 nested_union: 0,
                 nested_struct: usize::MAX,
+                wires: (0..self.structs.len()).map(|_| Vec::new()).collect(),
+                presents: (0..self.structs.len()).map(|_| Vec::new()).collect(),
             },
             shape: Shape::default(),
         }
@@ -418,11 +733,17 @@ impl Schema {
                     state.last_struct = index;
                     index
                 };
-                (self.object(py, &mut lx, state, index, false, 0)?, index)
+                (
+                    self.object(py, &mut lx, state, index, false, 0, &mut false)?,
+                    index,
+                )
             }
             None => {
                 let index = self.root?;
-                (self.object(py, &mut lx, state, index, true, 0)?, index)
+                (
+                    self.object(py, &mut lx, state, index, true, 0, &mut false)?,
+                    index,
+                )
             }
         };
         if !lx.at_end() {
@@ -449,12 +770,22 @@ impl Schema {
             return None;
         }
         let mut lx = Lexer::new(payload);
-        let obj = self.build_shaped(py, state, &shape.learned, &shape.root, &mut lx, 0)?;
+        let obj = self.build_shaped(
+            py,
+            state,
+            &shape.learned,
+            &shape.root,
+            &mut lx,
+            0,
+            &mut false,
+        )?;
         (lx.position() == payload.len()).then_some(obj)
     }
 
     /// The Struct of `object` (a shape or a nested one) read from `lx`'s position on: its
     /// fixed pieces compared, its holes read as the member-by-member path reads them.
+    /// `deep` is set when the Struct is not exact.
+    #[allow(clippy::too_many_arguments)]
     fn build_shaped(
         &self,
         py: Python<'_>,
@@ -463,8 +794,15 @@ impl Schema {
         object: &ObjectShape,
         lx: &mut Lexer<'_>,
         depth: usize,
+        deep: &mut bool,
     ) -> Option<Owned> {
         let plan = &self.structs[object.index];
+        let mut dev = Deviation {
+            present: object.fixed_defaults,
+            ..Deviation::default()
+        };
+        // The values of the `Skip` holes (unknown members), in order.
+        let mut skipped: Vec<std::ops::Range<usize>> = Vec::new();
         let fields = plan.fields.as_deref()?;
         // SAFETY: as in `object`: the class's own `tp_alloc`, a zeroed instance or NULL.
         let obj = Owned::new(unsafe { (plan.alloc)(plan.cls.as_ptr().cast(), 0) })?;
@@ -486,15 +824,32 @@ impl Schema {
                 }
                 &ShapePiece::Field(i) => {
                     let field = &fields[i];
-                    set(field.offset, self.value(py, lx, state, &field.node, depth)?);
+                    let mut below = false;
+                    let value = self.value(py, lx, state, &field.node, depth, &mut below)?;
+                    if at_default(field, value.0) {
+                        dev.present |= 1u64 << i;
+                    } else {
+                        dev.deep |= below;
+                    }
+                    set(field.offset, value);
                 }
-                ShapePiece::Skip => lx.skip_value(depth + 1)?,
+                ShapePiece::Skip => {
+                    lx.peek()?;
+                    let from = lx.position();
+                    lx.skip_value(depth + 1)?;
+                    if self.wire.is_some() {
+                        skipped.push(from..lx.position());
+                    }
+                }
+                // (A Struct, or a list of one, is never a field's default.)
                 ShapePiece::Struct(i, inner) => {
-                    let value = self.build_shaped(py, state, learned, inner, lx, depth + 1)?;
+                    let value =
+                        self.build_shaped(py, state, learned, inner, lx, depth + 1, &mut dev.deep)?;
                     set(fields[*i].offset, value);
                 }
                 ShapePiece::ListOfOne(i, inner) => {
-                    let item = self.build_shaped(py, state, learned, inner, lx, depth + 2)?;
+                    let item =
+                        self.build_shaped(py, state, learned, inner, lx, depth + 2, &mut dev.deep)?;
                     // SAFETY: creating a list with the GIL held; it takes the item.
                     let list = Owned::new(unsafe { ffi::PyList_New(1) })?;
                     unsafe { ffi::PyList_SetItem(list.0, 0, item.into_raw()) };
@@ -512,6 +867,30 @@ impl Schema {
             set(*offset, value);
         }
         self.fill_defaults(base, fields, object.present)?;
+        if self.wire.is_none() {
+            return Some(obj);
+        }
+        if !object.unknowns.is_empty() {
+            if let Some((present, wire)) = &object.learned_wire {
+                if *present == dev.present {
+                    self.set_wire(&obj, object.index, new_ref(wire.as_ptr()), deep);
+                    return Some(obj);
+                }
+            }
+            let mut holes = skipped.iter();
+            for (key, value) in &object.unknowns {
+                let key = &learned[key.start as usize..key.end as usize];
+                let value = match value {
+                    Some(v) => &learned[v.start as usize..v.end as usize],
+                    None => &lx.input()[holes.next()?.clone()],
+                };
+                dev.unknown(key, value)?;
+            }
+        }
+        if dev.present != 0 || dev.extra.is_some() || dev.deep {
+            let wire = self.wire_of(py, state, object.index, &mut dev)?;
+            self.set_wire(&obj, object.index, wire, deep);
+        }
         Some(obj)
     }
 
@@ -569,6 +948,7 @@ impl Schema {
         };
         let (mut old_from, mut new_from, mut fixed_from) =
             (old_at.start, new_at.start, new_at.start);
+        let mut learned_present = 0u64;
         for (b, n) in before.iter().zip(&now) {
             if !same(
                 &c.old[old_from..b.value.start],
@@ -585,17 +965,30 @@ impl Schema {
                     .add(fields[i].offset)
                     .cast::<*mut ffi::PyObject>()
             };
+            let tag = self.tag_field.as_deref() == Some(key) && depth == 0;
+            if field.is_none() && !tag {
+                let key = u32::try_from(n.key.start).ok()?..u32::try_from(n.key.end).ok()?;
+                let value = u32::try_from(n.value.start).ok()?..u32::try_from(n.value.end).ok()?;
+                shape.unknowns.push((key, equal.then_some(value)));
+            }
             let piece = match field {
-                None if self.tag_field.as_deref() == Some(key) && depth == 0 && !equal => {
+                None if tag && !equal => {
                     return None; // another tag: another class
                 }
                 None if equal => None,
                 None => Some(ShapePiece::Skip),
                 Some(i) => {
                     shape.present |= 1u64 << i;
+                    let at = at_default(&fields[i], slot(i));
+                    if at {
+                        learned_present |= 1u64 << i;
+                    }
                     let kept = if equal { kept(c.py, slot(i)) } else { None };
                     match kept {
                         Some(kept) => {
+                            if at {
+                                shape.fixed_defaults |= 1u64 << i;
+                            }
                             shape.kept.push((fields[i].offset, kept));
                             None
                         }
@@ -625,6 +1018,15 @@ impl Schema {
         push_fixed(&mut shape.pieces, fixed_from, new_at.end)?;
         shape.from = new_at.start;
         shape.to = new_at.end;
+        if let Some(offset) = self.structs[index].wire {
+            if !shape.unknowns.is_empty() && shape.unknowns.iter().all(|(_, v)| v.is_some()) {
+                // SAFETY: the `_wire` slot of the complete instance `obj`: a valid reference.
+                let wire = unsafe { *obj.cast::<u8>().add(offset).cast::<*mut ffi::PyObject>() };
+                // SAFETY: a new reference for the shape.
+                let wire = unsafe { Bound::from_owned_ptr(c.py, new_ref(wire).into_raw()) };
+                shape.learned_wire = Some((learned_present, wire.unbind()));
+            }
+        }
         Some(shape)
     }
 
@@ -700,6 +1102,8 @@ impl Schema {
                 Default::Value(v) => new_ref(v.as_ptr()),
                 Default::List => Owned::new(unsafe { ffi::PyList_New(0) })?,
                 Default::Dict => Owned::new(unsafe { ffi::PyDict_New() })?,
+                // Set afterwards (`set_wire`) when the object deviates.
+                Default::Wire => new_ref(unsafe { ffi::Py_None() }),
             };
             // SAFETY: the field's slot in the instance, still NULL (not present).
             unsafe {
@@ -711,6 +1115,8 @@ impl Schema {
 
     /// The members of an object whose `{` (and, when `!first`, its tag) was read, built as
     /// the Struct `index`.
+    /// `deep` is set when the Struct is not exact (its `_wire` is not None).
+    #[allow(clippy::too_many_arguments)]
     fn object(
         &self,
         py: Python<'_>,
@@ -719,8 +1125,10 @@ impl Schema {
         index: usize,
         first: bool,
         depth: usize,
+        deep: &mut bool,
     ) -> Option<Owned> {
         let plan = &self.structs[index];
+        let mut dev = Deviation::default();
         let fields = plan.fields.as_deref()?;
         // SAFETY: `alloc` is the class's own `tp_alloc`, called as msgspec's `Struct_alloc`
         // calls it (no items); it returns a zeroed instance (every slot NULL) or NULL.
@@ -756,7 +1164,13 @@ impl Schema {
                     seen |= bit;
                     next = i + 1;
                     let field = &fields[i];
-                    let value = self.value(py, lx, state, &field.node, depth)?;
+                    let mut below = false;
+                    let value = self.value(py, lx, state, &field.node, depth, &mut below)?;
+                    if at_default(field, value.0) {
+                        dev.present |= bit;
+                    } else {
+                        dev.deep |= below;
+                    }
                     // SAFETY: the slot at `offset` lies in the instance (checked against
                     // `getattr` when the schema was read) and is still NULL (first sight of
                     // this key); the instance takes the reference.
@@ -768,7 +1182,12 @@ impl Schema {
                     if plan.forbid_unknown || plan.tag_field.as_deref() == Some(key) {
                         return None;
                     }
+                    lx.peek()?;
+                    let from = lx.position();
                     lx.skip_value(depth + 1)?;
+                    if self.wire.is_some() {
+                        dev.unknown(key, &lx.input()[from..lx.position()])?;
+                    }
                 }
             }
             if lx.eat(b',') {
@@ -781,9 +1200,14 @@ impl Schema {
             }
         }
         self.fill_defaults(base, fields, seen)?;
+        if dev.present != 0 || dev.extra.is_some() || dev.deep {
+            let wire = self.wire_of(py, state, index, &mut dev)?;
+            self.set_wire(&obj, index, wire, deep);
+        }
         Some(obj)
     }
 
+    /// `deep` is set when a Struct in the value is not exact.
     fn value(
         &self,
         py: Python<'_>,
@@ -791,6 +1215,7 @@ impl Schema {
         state: &mut Work,
         node: &Node,
         depth: usize,
+        deep: &mut bool,
     ) -> Option<Owned> {
         let mask = node.mask;
         if mask & UNSUPPORTED != 0 {
@@ -835,7 +1260,7 @@ impl Schema {
                 let mut items: Vec<Owned> = Vec::new();
                 if !lx.eat(b']') {
                     loop {
-                        items.push(self.value(py, lx, state, item, depth + 1)?);
+                        items.push(self.value(py, lx, state, item, depth + 1, deep)?);
                         if lx.eat(b',') {
                             continue;
                         }
@@ -855,7 +1280,7 @@ impl Schema {
             b'{' if mask & STRUCT != 0 && depth < MAX_DEPTH => {
                 lx.eat(b'{');
                 let Some(tags) = &node.tags else {
-                    return self.object(py, lx, state, node.strukt, true, depth + 1);
+                    return self.object(py, lx, state, node.strukt, true, depth + 1, deep);
                 };
                 // A tagged union: the tag must be the first key (else msgspec decides).
                 if lx.plain_string()? != &tags.field[..] || !lx.eat(b':') {
@@ -872,7 +1297,7 @@ impl Schema {
                     (state.nested_union, state.nested_struct) = (union, index);
                     index
                 };
-                self.object(py, lx, state, index, false, depth + 1)
+                self.object(py, lx, state, index, false, depth + 1, deep)
             }
             _ => None,
         }
@@ -918,6 +1343,15 @@ struct ObjectShape {
     kept: Vec<(usize, Kept)>,
     /// The fields it sets (the others take their defaults).
     present: u64,
+    /// The fixed fields at their default (part of every hit's `Wire.present`; a hole's field
+    /// is told afresh).
+    fixed_defaults: u64,
+    /// The unknown members, in order: the key (a range of the learned payload, between the
+    /// quotes), and the value's range when it is fixed (None: a `Skip` hole, read afresh).
+    unknowns: Vec<(std::ops::Range<u32>, Option<std::ops::Range<u32>>)>,
+    /// With unknown members all fixed: the learned object's `_wire` and its `present`, which a
+    /// hit with the same `present` shares.
+    learned_wire: Option<(u64, Py<PyAny>)>,
 }
 
 enum ShapePiece {
@@ -1125,6 +1559,8 @@ fn ascii_str(bytes: &[u8]) -> Option<Owned> {
 /// `structs` lists `(cls, fields or None, forbid_unknown_fields, tag_field)`, each field
 /// `(name, json_name, node, default_kind, default)`, each node `(mask, item_node, struct)`;
 /// `roots` maps each top-level tag to its struct (tagged protocols) or is the top-level struct.
+/// `wire`: `(Wire, DEEP)`, to set each Struct's `_wire` field (default kind 4); without it,
+/// `_wire` stays None.
 #[pyclass(module = "rapidsse._rapidsse", frozen)]
 pub struct NativeSchema {
     pub(crate) schema: Arc<Schema>,
@@ -1133,15 +1569,22 @@ pub struct NativeSchema {
 #[pymethods]
 impl NativeSchema {
     #[new]
-    #[pyo3(signature = (structs, roots, tag_field = None))]
+    #[pyo3(signature = (structs, roots, tag_field = None, *, wire = None))]
     fn new(
         py: Python<'_>,
         structs: &Bound<'_, PyList>,
         roots: &Bound<'_, PyAny>,
         tag_field: Option<String>,
+        wire: Option<Bound<'_, PyTuple>>,
     ) -> PyResult<NativeSchema> {
         Ok(NativeSchema {
-            schema: Arc::new(Schema::from_description(py, structs, roots, tag_field)?),
+            schema: Arc::new(Schema::from_description(
+                py,
+                structs,
+                roots,
+                tag_field,
+                wire.as_ref(),
+            )?),
         })
     }
 

@@ -198,7 +198,15 @@ struct Shape {
     tag: Option<(String, Value)>,
     omit_defaults: bool,
     fields: Vec<Field>,
+    /// The hidden `_wire` field of a `rapidsse._schema.Model` (JSON name `__rapidsse_wire__`),
+    /// read by the walk as received (see [`to_value_as_received`]).
+    wire: Option<usize>,
+    /// An `UnknownVariant` (tag `__unknown__`): its `data` field, what it is as received.
+    unknown_data: Option<usize>,
 }
+
+/// The JSON name of `rapidsse._schema.Model._wire` (`rapidsse._schema.WIRE_NAME`).
+const WIRE_NAME: &str = "__rapidsse_wire__";
 
 /// Struct classes seen so far, by type address (the classes are kept alive in the entry, so
 /// an address is never reused): their shape, or None when they go by JSON. Shared by all
@@ -326,10 +334,18 @@ impl Shape {
                 default,
             });
         }
+        let wire = fields.iter().position(|f| f.name == WIRE_NAME);
+        let unknown = matches!(&tag, Some((_, Value::String(t))) if t == "__unknown__");
+        let unknown_data = fields
+            .iter()
+            .position(|f| f.name == "data")
+            .filter(|_| unknown);
         Some(Shape {
             tag,
             omit_defaults: flag("omit_defaults")?,
             fields,
+            wire,
+            unknown_data,
         })
     }
 }
@@ -352,14 +368,84 @@ impl Field {
 /// Structs, `UNSET` outside a Struct field, nesting deeper than [`MAX_DEPTH`].
 pub(crate) fn to_value(obj: &Bound<'_, PyAny>) -> Option<Value> {
     let unset = UNSET.get(obj.py()).ok()?.as_ptr();
-    walk(obj.as_borrowed(), unset, 0)
+    let mut ctx = Walk {
+        unset,
+        received: false,
+        splices: None,
+    };
+    walk(obj.as_borrowed(), &mut ctx, 0)
 }
 
-fn walk(
-    obj: Borrowed<'_, '_, PyAny>,
+/// How a walk goes: msgspec's encoding, or as received; with `splices`, the unknown members of
+/// each `Wire.extra` are not read but kept as their text, each behind a placeholder key (see
+/// [`wire_encode`]).
+struct Walk {
     unset: *mut pyo3::ffi::PyObject,
-    depth: usize,
-) -> Option<Value> {
+    received: bool,
+    splices: Option<Vec<Vec<u8>>>,
+}
+
+/// The start of a placeholder key (a key that does start so declines the writing walk).
+const SPLICE_MARK: char = '\u{0}';
+
+/// `obj` as `rapidsse.encode` writes it (as received, from each Struct's `_wire`), parsed back
+/// as a JSON value: as [`to_value`], but an `UnknownVariant` is its `data`, and a Struct whose
+/// `_wire` is a `Wire` also has the fields named in `present` (at their default though they
+/// are, told as `rapidsse._wire` tells it: `is` or `==`) and, after its fields, the unknown
+/// members of `extra` (read by the project's reader, [`crate::accumulate::fast::object`];
+/// declined when it leaves them to serde: an integer beyond 64 bits, `-0`, a float out of range).
+pub(crate) fn to_value_as_received(obj: &Bound<'_, PyAny>) -> Option<Value> {
+    let unset = UNSET.get(obj.py()).ok()?.as_ptr();
+    let mut ctx = Walk {
+        unset,
+        received: true,
+        splices: None,
+    };
+    walk(obj.as_borrowed(), &mut ctx, 0)
+}
+
+/// A Struct's `_wire` when it is a `Wire`: its `present` names and its `extra` members.
+struct WireInfo<'py> {
+    present: Option<Bound<'py, PyTuple>>,
+    extra: Option<Map<String, Value>>,
+    /// With splices: the members' text (`"k":v,...`, what is between the braces).
+    members: Option<Vec<u8>>,
+}
+
+fn wire_info<'py>(wire: Borrowed<'_, 'py, PyAny>, splice: bool) -> Option<Option<WireInfo<'py>>> {
+    if wire.is_none() {
+        return Some(None);
+    }
+    let py = wire.py();
+    let present = wire.getattr(pyo3::intern!(py, "present")).ok()?;
+    let present = present.cast_into_exact::<PyTuple>().ok()?;
+    let extra = wire.getattr(pyo3::intern!(py, "extra")).ok()?;
+    let (mut members, mut map) = (None, None);
+    if !extra.is_none() {
+        let bytes = extra.cast_into_exact::<pyo3::types::PyBytes>().ok()?;
+        let text = std::str::from_utf8(bytes.as_bytes()).ok()?;
+        // Read (validated) either way: a splice is of one JSON object's members only.
+        let read = crate::accumulate::fast::object(text)?;
+        if splice {
+            // As the Python writer splices them: the text between the outer braces.
+            let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?.trim();
+            if read.keys().any(|k| k.starts_with(SPLICE_MARK)) {
+                return None;
+            }
+            members = (!inner.is_empty()).then(|| inner.as_bytes().to_vec());
+        } else {
+            map = Some(read);
+        }
+    }
+    Some(Some(WireInfo {
+        present: (!present.is_empty()).then_some(present),
+        extra: map,
+        members,
+    }))
+}
+
+fn walk(obj: Borrowed<'_, '_, PyAny>, ctx: &mut Walk, depth: usize) -> Option<Value> {
+    let (unset, received) = (ctx.unset, ctx.received);
     if depth > MAX_DEPTH {
         return None;
     }
@@ -408,14 +494,14 @@ fn walk(
     if let Ok(list) = obj.cast_exact::<PyList>() {
         let mut items = Vec::with_capacity(list.len());
         for item in list.iter() {
-            items.push(walk(item.as_borrowed(), unset, depth + 1)?);
+            items.push(walk(item.as_borrowed(), ctx, depth + 1)?);
         }
         return Some(Value::Array(items));
     }
     if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
         let mut items = Vec::with_capacity(tuple.len());
         for item in tuple.iter_borrowed() {
-            items.push(walk(item, unset, depth + 1)?);
+            items.push(walk(item, ctx, depth + 1)?);
         }
         return Some(Value::Array(items));
     }
@@ -423,23 +509,74 @@ fn walk(
         let mut map = Map::new();
         for (key, value) in dict.iter() {
             let key = exact_str(key.as_borrowed())?;
-            map.insert(key.to_owned(), walk(value.as_borrowed(), unset, depth + 1)?);
+            if ctx.splices.is_some() && key.starts_with(SPLICE_MARK) {
+                return None;
+            }
+            map.insert(key.to_owned(), walk(value.as_borrowed(), ctx, depth + 1)?);
         }
         return Some(Value::Object(map));
     }
     let shape = shape_of(obj)?;
+    if received {
+        if let Some(data) = shape.unknown_data {
+            // SAFETY: `obj` is an instance of exactly the class `shape` was made for.
+            let data = unsafe { shape.fields[data].slot.read_from(obj) }?;
+            return walk(data, ctx, depth + 1);
+        }
+    }
+    let wire = match shape.wire {
+        // SAFETY: as below.
+        Some(i) if received => wire_info(
+            unsafe { shape.fields[i].slot.read_from(obj) }?,
+            ctx.splices.is_some(),
+        )?,
+        _ => None,
+    };
+    let present = |name: &str| {
+        wire.as_ref()
+            .and_then(|w| w.present.as_ref())
+            .is_some_and(|p| p.iter_borrowed().any(|n| exact_str(n) == Some(name)))
+    };
     // At most a key a field and the tag: no growing on the way.
     let mut map = Map::with_capacity(shape.fields.len() + 1);
     if let Some((field, tag)) = &shape.tag {
         map.insert(field.clone(), tag.clone());
     }
-    for field in &shape.fields {
-        // SAFETY: `obj` is an instance of exactly the class `shape` was made for.
-        let value = unsafe { field.slot.read_from(obj) }?;
-        if value.as_ptr() == unset || (shape.omit_defaults && field.is_default(value)) {
+    for (i, field) in shape.fields.iter().enumerate() {
+        if received && shape.wire == Some(i) {
             continue;
         }
-        map.insert(field.name.clone(), walk(value, unset, depth + 1)?);
+        // SAFETY: `obj` is an instance of exactly the class `shape` was made for.
+        let value = unsafe { field.slot.read_from(obj) }?;
+        if value.as_ptr() == unset {
+            continue;
+        }
+        if shape.omit_defaults {
+            let at_default = match (&field.default, &wire) {
+                // As `rapidsse._wire` tells it for a Struct written from its `Wire`.
+                (Default::Object(d), Some(_)) => value.eq(d.bind(obj.py())).unwrap_or(false),
+                _ => field.is_default(value),
+            };
+            if at_default && !present(&field.name) {
+                continue;
+            }
+        }
+        map.insert(field.name.clone(), walk(value, ctx, depth + 1)?);
+    }
+    if let (Some(members), Some(splices)) = (
+        wire.as_ref().and_then(|w| w.members.clone()),
+        ctx.splices.as_mut(),
+    ) {
+        map.insert(format!("{SPLICE_MARK}{}", splices.len()), Value::Null);
+        splices.push(members);
+    }
+    if let Some(extra) = wire.and_then(|w| w.extra) {
+        for (key, value) in extra {
+            if map.contains_key(&key) {
+                return None; // written twice by the Python writer: left to it
+            }
+            map.insert(key, value);
+        }
     }
     Some(Value::Object(map))
 }
@@ -449,4 +586,57 @@ fn walk(
 #[pyfunction]
 pub(crate) fn _struct_json<'py>(obj: &Bound<'py, PyAny>) -> Option<Vec<u8>> {
     to_value(obj).map(|v| serde_json::to_vec(&v).expect("a Value serialises"))
+}
+
+/// `rapidsse.encode(obj)` for a schema Struct (or a list or dict of them), written by Rust:
+/// [`to_value_as_received`] as compact JSON; None when the walk declines (then the Python
+/// writer writes it).
+#[pyfunction]
+pub(crate) fn wire_encode<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+) -> Option<Bound<'py, pyo3::types::PyBytes>> {
+    let unset = UNSET.get(py).ok()?.as_ptr();
+    let mut ctx = Walk {
+        unset,
+        received: true,
+        splices: Some(Vec::new()),
+    };
+    let value = walk(obj.as_borrowed(), &mut ctx, 0)?;
+    let splices = ctx.splices.unwrap_or_default();
+    let mut out = Vec::with_capacity(256);
+    write_spliced(&mut out, &value, &splices);
+    Some(pyo3::types::PyBytes::new(py, &out))
+}
+
+/// `value` as compact JSON (the project's writer), each placeholder member replaced by its
+/// splice: the unknown members' text as received.
+fn write_spliced(out: &mut Vec<u8>, value: &Value, splices: &[Vec<u8>]) {
+    use crate::accumulate::json::{write_list, write_str, write_value};
+    match value {
+        Value::Array(items) => {
+            write_list(out, items, |out, _, item| write_spliced(out, item, splices))
+        }
+        Value::Object(map) => {
+            out.push(b'{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                match key
+                    .strip_prefix(SPLICE_MARK)
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
+                    Some(n) => out.extend_from_slice(&splices[n]),
+                    None => {
+                        write_str(out, key);
+                        out.push(b':');
+                        write_spliced(out, item, splices);
+                    }
+                }
+            }
+            out.push(b'}');
+        }
+        leaf => write_value(out, leaf),
+    }
 }
