@@ -4,6 +4,8 @@ other, and hostile input."""
 
 from __future__ import annotations
 
+import functools
+
 import asyncio
 import json
 import os
@@ -17,7 +19,8 @@ from hypothesis import strategies as st
 
 import rapidsse
 from rapidsse import anthropic
-from rapidsse._schema import UnknownVariant, decode_lenient
+from rapidsse._schema import UnknownVariant
+from rapidsse._wire import decode as decode_lenient  # with the wire info, as decoded events have
 
 from .conftest import chunked, corpus_files
 from .test_accumulate_twin import odd_payloads
@@ -551,7 +554,7 @@ def native_check(batch: list[bytes]) -> int:
     from .test_native import deep_same
 
     built_schema = _native.native_schema(native, anthropic.Event, tagged_unions=True)
-    decode = msgspec.json.Decoder(anthropic.Event).decode
+    decode = functools.partial(decode_lenient, type=anthropic.Event)
     built = 0
     for payload, ours in zip(batch, built_schema.decode_each(batch)):
         try:

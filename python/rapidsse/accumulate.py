@@ -210,11 +210,6 @@ class _Accumulator(Generic[T]):
         return self._cached
 
     @property
-    def message(self) -> Any:
-        """The Message built so far (Anthropic streams)."""
-        return self.accumulator.message
-
-    @property
     def warnings(self) -> list[str]:
         """Mismatches between deltas and the server's values, sequence gaps, server error events."""
         return self._core.warnings()
@@ -484,6 +479,11 @@ class EventStream(Generic[T]):
     def completion(self) -> Any:
         """The ChatCompletion (Chat streams) or Completion (Completions streams) built so far."""
         return self.accumulator.completion
+
+    @property
+    def message(self) -> Any:
+        """The Message built so far (Anthropic streams)."""
+        return self.accumulator.message
 
     @property
     def warnings(self) -> list[str]:

@@ -676,13 +676,23 @@ def _parse_input(args: argparse.Namespace, name: str, source: _Input) -> int:
         return EXIT_BAD_INPUT
 
     if args.json:
-        out.write(msgspec.json.format(_encode(result()), indent=2) + b"\n")
+        out.write(msgspec.json.format(_final_json(result()), indent=2) + b"\n")
     elif not args.events:
         _print_summary(protocol, result(), accumulator, invalid)
     out.flush()
     for warning in accumulator.warnings:
         print(f"rapidsse parse: warning: {warning}", file=sys.stderr)
     return EXIT_OK
+
+
+def _final_json(result: Any) -> bytes:
+    """The final object as the JSON the server sent (``rapidsse.encode``); for Realtime, the
+    responses by id."""
+    if result is None:
+        return b"null"
+    if isinstance(result, dict):
+        return b"{" + b",".join(_encode(key) + b":" + encode(value) for key, value in result.items()) + b"}"
+    return encode(result)
 
 
 _STREAMS = {"responses": stream_responses, "chat": stream_chat, "gemini": stream_gemini, "completions": stream_completions}
