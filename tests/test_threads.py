@@ -106,20 +106,29 @@ def test_one_rust_accumulator_from_two_threads_raises_already_borrowed_never_cor
     acc = accumulator("rust", ResponseAccumulator)
     chunk = b"".join(delta("a" * 100) for _ in range(3000))  # ~450 KiB: the GIL-free path
     assert len(chunk) >= BIG
-    rounds = 10
+    # A feeds until B has run inside one of its feed() calls, or 400 chunks (180 MiB: seconds
+    # with the GIL held throughout, which then fails the test). A fixed ten rounds let A finish
+    # before B was ever scheduled on a loaded machine.
+    max_rounds = 400
+    rounds = 0
     errors: collections.Counter = collections.Counter()
     accepted = 0
     done = threading.Event()
+    b_started = threading.Event()
 
     def a() -> None:
+        nonlocal rounds
+        b_started.wait(10)
         try:
-            for _ in range(rounds):
+            while rounds < max_rounds and not (errors and rounds >= 3):
                 acc.feed(chunk)
+                rounds += 1
         finally:
             done.set()
 
     def b() -> None:
         nonlocal accepted
+        b_started.set()
         while not done.is_set():
             try:
                 acc.feed(delta("b"))
