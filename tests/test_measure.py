@@ -10,6 +10,7 @@ import math
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -431,6 +432,51 @@ def test_timeout_is_a_failure():
         run = run_async(m.measure(m.endpoint_url(server.url, "chat"), [m.request_body("chat", "x")], protocol="chat",
                                   num_prompts=1, timeout=0.2))
     assert run.results[0].error == "timeout after 0.2 s" and 0.2 <= run.results[0].latency < 2
+
+
+def test_the_collector_is_paused_for_the_run_and_restored():
+    import gc
+
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with m.collector_paused():
+                assert not gc.isenabled() and gc.get_freeze_count() > 0
+            assert gc.isenabled() is enabled and gc.get_freeze_count() == 0
+        finally:
+            gc.enable()
+
+
+@pytest.mark.parametrize("protocol", m.PROTOCOLS)
+def test_streams_leave_no_reference_cycles(protocol):
+    """With the collector paused (the harness) or off (``serve --synthetic``), a reference cycle
+    per request would pile up: neither the harness nor the synthetic server may make one, neither
+    for a stream read to its end nor for one cut off by a timeout. (On the loop the harness runs
+    on, uvloop's; asyncio's own leaves a cycle in a transport whose connection a timeout cancels.)"""
+    import gc
+
+    pytest.importorskip("uvloop")
+
+    with SyntheticServer(tokens=8, rate=400, ttft=0.01) as server:
+        url = m.endpoint_url(server.url, protocol, "some-model")
+        bodies = [m.request_body(protocol, "hi there", model="some-model")]
+        run_async(m.measure(url, bodies, protocol=protocol, num_prompts=2))  # imports, first-call caches
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            run = m.run_loop(m.measure(url, bodies, protocol=protocol, num_prompts=12, max_concurrency=4))
+            cut = m.run_loop(m.measure(m.endpoint_url(server.url, protocol, "some-model"), bodies, protocol=protocol,
+                                      num_prompts=3, timeout=0.015))
+            time.sleep(0.2)  # the server's side of the cut streams ends (all are done by 28 ms)
+            found = gc.collect()
+            kinds = sorted({type(o).__name__ for o in gc.garbage})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert all(r.ok for r in run.results) and all(r.error.startswith("timeout") for r in cut.results)
+    assert found == 0, kinds
 
 
 # --- The command line ---------------------------------------------------------------------------------

@@ -37,7 +37,10 @@ protocol that timestamps the bytes in ``data_received`` (before any task switch)
 (llhttp, in C) take the HTTP framing off and hands the body straight to rapidsse's decoder, so a
 read costs a few microseconds and no coroutine step. HTTP/1.1 only, one connection per request, no
 proxy; ``https`` URLs use the default TLS context. The event loop is uvloop's when it is installed
-(``--loop`` chooses).
+(``--loop`` chooses). During the timed run the cyclic garbage collector is paused
+(:func:`collector_paused`): a full collection stops the loop for milliseconds, which would show as
+a late token on every stream in flight. A request leaves no reference cycle behind, so nothing
+piles up meanwhile; what the driver does leave is collected when the run ends.
 
 Needs httptools (``pip install 'rapidsse[measure]'``); the progress bar needs rich.
 """
@@ -48,7 +51,9 @@ import abc
 
 import argparse
 import asyncio
+import contextlib
 import datetime
+import gc
 import json
 import math
 import random
@@ -56,7 +61,7 @@ import ssl
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +79,7 @@ __all__ = [
     "RequestResult",
     "Run",
     "arrival_times",
+    "collector_paused",
     "endpoint_url",
     "format_report",
     "generated_prompts",
@@ -387,7 +393,7 @@ class _ChatAdapter(_Adapter):
         return tokens
 
 
-# Completions (adapter to be switched to rapidsse.completions when it lands).
+# Completions.
 
 
 class _CompletionChoice(msgspec.Struct):
@@ -412,10 +418,15 @@ class _CompletionChunk(msgspec.Struct):
     error: _ErrorObject | None = None
 
 
-class _CompletionsAdapter(_Adapter):
+class _FramedAdapter(_Adapter):
+    """An adapter of its own small decode: rapidsse's SSE framer, then ``_decode`` of each event's
+    data (a payload that is not the expected JSON is skipped, as the typed decoders' ``on_error=
+    "skip"`` does), counted by :meth:`count`."""
+
     __slots__ = ("_frame",)
-    final_event = "[DONE]"
-    _decode = msgspec.json.Decoder(_CompletionChunk).decode
+    _decode: Callable[[str], Any]
+    done_marker: str | None = None
+    """A data line that ends the stream (Completions' ``[DONE]``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -424,24 +435,41 @@ class _CompletionsAdapter(_Adapter):
     def feed(self, chunk: bytes) -> int:
         tokens = 0
         for event in self._frame(chunk):
-            if event.data == "[DONE]":
+            if event.data == self.done_marker:
                 self.finished = True
                 continue
             try:
                 payload = self._decode(event.data)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            if any(choice.text for choice in payload.choices):
-                tokens += 1
-            if payload.usage is not None:
-                self.output_tokens = payload.usage.completion_tokens
-                self.input_tokens = payload.usage.prompt_tokens
-            if payload.error is not None and self.error is None:
-                self.error = f"error event: {payload.error.message or payload.error.code or 'no message'}"
+            tokens += self.count(payload)
         return tokens
 
+    @abc.abstractmethod
+    def count(self, payload: Any) -> int:
+        """Takes one decoded payload: its tokens (0 or 1), and what it says of the end, usage and
+        errors."""
 
-# Anthropic Messages (adapter to be switched to rapidsse.anthropic when it lands).
+    def _error_event(self, error: _ErrorObject | None) -> None:
+        if error is not None and self.error is None:
+            self.error = f"error event: {error.message or error.code or error.type or 'no message'}"
+
+
+class _CompletionsAdapter(_FramedAdapter):
+    __slots__ = ()
+    final_event = "[DONE]"
+    done_marker = "[DONE]"
+    _decode = msgspec.json.Decoder(_CompletionChunk).decode
+
+    def count(self, payload: _CompletionChunk) -> int:
+        if payload.usage is not None:
+            self.output_tokens = payload.usage.completion_tokens
+            self.input_tokens = payload.usage.prompt_tokens
+        self._error_event(payload.error)
+        return 1 if any(choice.text for choice in payload.choices) else 0
+
+
+# Anthropic Messages.
 
 
 class _AnthropicDelta(msgspec.Struct):
@@ -468,45 +496,33 @@ class _AnthropicEvent(msgspec.Struct):
     error: _ErrorObject | None = None
 
 
-class _AnthropicAdapter(_Adapter):
-    __slots__ = ("_frame",)
+class _AnthropicAdapter(_FramedAdapter):
+    __slots__ = ()
     final_event = "message_stop"
     _decode = msgspec.json.Decoder(_AnthropicEvent).decode
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._frame = SSEDecoder().feed
-
-    def feed(self, chunk: bytes) -> int:
-        tokens = 0
-        for event in self._frame(chunk):
-            try:
-                payload = self._decode(event.data)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            kind = payload.type
-            if kind == "content_block_delta":
-                delta = payload.delta
-                if delta is not None and (delta.text or delta.thinking or delta.partial_json):
-                    tokens += 1
-            elif kind == "message_start":
-                usage = payload.message.usage if payload.message is not None else None
-                if usage is not None:
-                    self.input_tokens = usage.input_tokens
-            elif kind == "message_delta":
-                if payload.usage is not None and payload.usage.output_tokens is not None:
-                    self.output_tokens = payload.usage.output_tokens
-                    if payload.usage.input_tokens is not None:
-                        self.input_tokens = payload.usage.input_tokens
-            elif kind == "message_stop":
-                self.finished = True
-            elif kind == "error" and self.error is None:
-                error = payload.error
-                self.error = f"error event: {(error.message or error.type) if error else 'no message'}"
-        return tokens
+    def count(self, payload: _AnthropicEvent) -> int:
+        kind = payload.type
+        if kind == "content_block_delta":
+            delta = payload.delta
+            return 1 if delta is not None and (delta.text or delta.thinking or delta.partial_json) else 0
+        if kind == "message_start":
+            usage = payload.message.usage if payload.message is not None else None
+            if usage is not None:
+                self.input_tokens = usage.input_tokens
+        elif kind == "message_delta":
+            if payload.usage is not None and payload.usage.output_tokens is not None:
+                self.output_tokens = payload.usage.output_tokens
+                if payload.usage.input_tokens is not None:
+                    self.input_tokens = payload.usage.input_tokens
+        elif kind == "message_stop":
+            self.finished = True
+        elif kind == "error":
+            self._error_event(payload.error or _ErrorObject())
+        return 0
 
 
-# Gemini (adapter to be switched to rapidsse.gemini when it lands).
+# Gemini.
 
 
 class _GeminiPart(msgspec.Struct):
@@ -536,37 +552,26 @@ class _GeminiChunk(msgspec.Struct):
     error: _ErrorObject | None = None
 
 
-class _GeminiAdapter(_Adapter):
-    __slots__ = ("_frame",)
+class _GeminiAdapter(_FramedAdapter):
+    __slots__ = ()
     final_event = "a finishReason"
     _decode = msgspec.json.Decoder(_GeminiChunk).decode
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._frame = SSEDecoder().feed
-
-    def feed(self, chunk: bytes) -> int:
+    def count(self, payload: _GeminiChunk) -> int:
         tokens = 0
-        for event in self._frame(chunk):
-            try:
-                payload = self._decode(event.data)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            for candidate in payload.candidates:
-                content = candidate.content
-                if content is not None and any(p.text or len(p.functionCall) or len(p.executableCode) for p in content.parts):
-                    tokens += 1
-                    break
-            for candidate in payload.candidates:
-                if candidate.finishReason:
-                    self.finished = True
-            usage = payload.usageMetadata
-            if usage is not None:
-                self.input_tokens = usage.promptTokenCount
-                if usage.candidatesTokenCount is not None:
-                    self.output_tokens = usage.candidatesTokenCount + (usage.thoughtsTokenCount or 0)
-            if payload.error is not None and self.error is None:
-                self.error = f"error event: {payload.error.message or payload.error.code or 'no message'}"
+        for candidate in payload.candidates:
+            content = candidate.content
+            if not tokens and content is not None and any(
+                    p.text or len(p.functionCall) or len(p.executableCode) for p in content.parts):
+                tokens = 1
+            if candidate.finishReason:
+                self.finished = True
+        usage = payload.usageMetadata
+        if usage is not None:
+            self.input_tokens = usage.promptTokenCount
+            if usage.candidatesTokenCount is not None:
+                self.output_tokens = usage.candidatesTokenCount + (usage.thoughtsTokenCount or 0)
+        self._error_event(payload.error)
         return tokens
 
 
@@ -645,9 +650,12 @@ class _Exchange(asyncio.Protocol):
             status = self._result.status_code
             if status is not None and not 200 <= status < 300:
                 self._finish(f"HTTP {status}: {bytes(self._error_body[:200]).decode('utf-8', 'replace')}")
-                return
-            reason = f"{type(exc).__name__}: {exc}" if exc else "the server closed the connection"
-            self._finish(f"cut short: {reason} before the response ended")
+            else:
+                reason = f"{type(exc).__name__}: {exc}" if exc else "the server closed the connection"
+                self._finish(f"cut short: {reason} before the response ended")
+        # The parser holds this protocol's callbacks, the transport holds the protocol: let go of
+        # both, so that no reference cycle is left for the (paused) garbage collector.
+        self._parser = self._transport = None
 
     # httptools callbacks
 
@@ -800,17 +808,39 @@ async def measure(
         now = time.perf_counter()
         await asyncio.gather(*(send(bodies[i % len(bodies)], now, RequestResult(), None) for i in range(warmup)))
 
-    start = time.perf_counter()
-    tasks = []
-    for index, offset in enumerate(offsets):
-        due = start + offset
-        wait = due - time.perf_counter()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        result = RequestResult(due=offset)
-        tasks.append(loop.create_task(send(bodies[index % len(bodies)], due, result, on_result)))
-    results = await asyncio.gather(*tasks)
-    return Run(list(results), time.perf_counter() - start)
+    with collector_paused():
+        start = time.perf_counter()
+        tasks = []
+        for index, offset in enumerate(offsets):
+            due = start + offset
+            wait = due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            result = RequestResult(due=offset)
+            tasks.append(loop.create_task(send(bodies[index % len(bodies)], due, result, on_result)))
+        results = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - start
+    return Run(list(results), duration)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pauses Python's cyclic garbage collector for a timed run: collects once, freezes what is
+    alive (so that a later collection does not walk it) and disables the collector until the block
+    ends, then restores both. A full collection of a process with hundreds of streams in flight
+    takes milliseconds during which no byte is read, and every stream would see its next token
+    late by that much. Objects freed by reference counting go on being freed; only reference
+    cycles made inside the block wait until it ends."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 def run_loop(coro: Any, loop: str = "auto") -> Any:

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import heapq
 import itertools
 import re
@@ -541,14 +542,30 @@ def _responses_stream(plan: _Plan) -> Iterator[bytes]:
         yield chunk
 
 
-def _chat_stream(plan: _Plan) -> Iterator[bytes]:
+def _openai_chunk(plan: _Plan, id_prefix: str, kind: str) -> Callable[..., bytes]:
+    """The writer of one Chat (``chat.completion.chunk``) or Completions (``text_completion``)
+    chunk of ``plan``'s stream: ``chunk(choices, usage=None)``."""
     def chunk(choices: list[Any], usage: Any = None) -> bytes:
-        body: dict[str, Any] = {"id": "chatcmpl-" + plan.id, "object": "chat.completion.chunk", "created": plan.created,
+        body: dict[str, Any] = {"id": id_prefix + plan.id, "object": kind, "created": plan.created,
                                 "model": plan.model, "choices": choices}
         if plan.include_usage:
             body["usage"] = usage
         return _sse(body)
 
+    return chunk
+
+
+def _openai_end(plan: _Plan, chunk: Callable[..., bytes]) -> bytes:
+    """What ends a Chat or Completions stream: the usage chunk when it was asked for, then ``[DONE]``."""
+    usage = b""
+    if plan.include_usage:
+        usage = chunk([], {"prompt_tokens": plan.prompt_tokens, "completion_tokens": plan.tokens,
+                           "total_tokens": plan.prompt_tokens + plan.tokens})
+    return usage + b"data: [DONE]\n\n"
+
+
+def _chat_stream(plan: _Plan) -> Iterator[bytes]:
+    chunk = _openai_chunk(plan, "chatcmpl-", "chat.completion.chunk")
     yield b""
     for i in range(plan.tokens):
         delta: dict[str, Any] = {"content": Synthetic.token(i)}
@@ -558,32 +575,19 @@ def _chat_stream(plan: _Plan) -> Iterator[bytes]:
         if i == plan.tokens - 1:
             data += chunk([{"index": 0, "delta": {}, "logprobs": None,
                             "finish_reason": "length" if plan.truncated else "stop"}])
-            if plan.include_usage:
-                data += chunk([], {"prompt_tokens": plan.prompt_tokens, "completion_tokens": plan.tokens,
-                                   "total_tokens": plan.prompt_tokens + plan.tokens})
-            data += b"data: [DONE]\n\n"
+            data += _openai_end(plan, chunk)
         yield data
 
 
 def _completions_stream(plan: _Plan) -> Iterator[bytes]:
-    def chunk(choices: list[Any], usage: Any = None) -> bytes:
-        body: dict[str, Any] = {"id": "cmpl-" + plan.id, "object": "text_completion", "created": plan.created,
-                                "model": plan.model, "choices": choices}
-        if plan.include_usage:
-            body["usage"] = usage
-        return _sse(body)
-
+    chunk = _openai_chunk(plan, "cmpl-", "text_completion")
     yield b""
     for i in range(plan.tokens):
         last = i == plan.tokens - 1
         finish = ("length" if plan.truncated else "stop") if last else None
-        data = chunk([{"index": 0, "text": Synthetic.token(i), "logprobs": None,
-                       "finish_reason": finish}])
+        data = chunk([{"index": 0, "text": Synthetic.token(i), "logprobs": None, "finish_reason": finish}])
         if last:
-            if plan.include_usage:
-                data += chunk([], {"prompt_tokens": plan.prompt_tokens, "completion_tokens": plan.tokens,
-                                   "total_tokens": plan.prompt_tokens + plan.tokens})
-            data += b"data: [DONE]\n\n"
+            data += _openai_end(plan, chunk)
         yield data
 
 
@@ -975,5 +979,14 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(recordings, pacing=pacing)
     print(f"rapidsse serve: {what} on http://{host}:{port}/v1", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level=args.log_level)
+    if synthetic:
+        # A collection of the cyclic garbage collector would stop every stream for milliseconds,
+        # the whole error budget of the ITL it paces. A synthetic stream makes no reference cycle
+        # (tests/test_measure.py checks it), so the collector is not needed: freeze what startup
+        # made and switch it off. (SyntheticServer, in a thread of someone else's process, leaves
+        # that process's collector alone.)
+        gc.collect()
+        gc.freeze()
+        gc.disable()
     uvicorn.Server(config).run(sockets=[sock])
     return 0
