@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 import rapidsse
 import rapidsse._wire
 from rapidsse import CompletionsAccumulator, EventTooLarge, SSEError, StreamError, completions, iter_events
-from rapidsse._pure import accumulate as pure
 from rapidsse.decoding import detect_protocol
 
-from .conftest import chunked, native
+from .conftest import chunked
 from .test_hostile import SETTINGS, chunking, mutated, outcome, random_stream
+from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "completions").glob("*.sse"))
 SIZES = (1, 7, 512, 65536)
@@ -243,30 +243,10 @@ def test_generated_streams_agree_with_the_sdk(chunks):
 
 # --- Rust and pure-Python cores side by side ----------------------------------------------------
 
-needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
-
-
-def core_state(core) -> dict:
-    snap = core.snapshot_json()
-    return {"snapshot": None if snap is None else json.loads(snap), "warnings": core.warnings(),
-            "unknown": core.unknown_events(), "events": core.events()}
-
-
-def assert_twins(rust, py, where=""):
-    a, b = core_state(rust), core_state(py)
-    assert b == a, where
-    assert json.dumps(b["snapshot"]) == json.dumps(a["snapshot"]), where
-
-
 @needs_native
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
 def test_twin_cores_on_the_fixtures(path):
-    data = path.read_bytes()
-    for size in SIZES:
-        rust, py = native.CompletionsCore(), pure.CompletionsCore()
-        for chunk in chunked(data, size):
-            assert py.feed(chunk) == rust.feed(chunk)
-        assert_twins(rust, py, size)
+    assert_twins_feed("CompletionsCore", path.read_bytes(), SIZES)
 
 
 ODD = [
@@ -287,28 +267,20 @@ ODD = [
 
 @needs_native
 def test_twin_cores_on_odd_payloads():
-    rust, py = native.CompletionsCore(), pure.CompletionsCore()
-    for payload in ODD:
-        assert py.add_json(payload) == rust.add_json(payload), payload
-        assert_twins(rust, py, payload)
-    for payload in ODD:
-        rust, py = native.CompletionsCore(max_event_size=4), pure.CompletionsCore(max_event_size=4)
-        for p in (b'{"choices":[{"text":"ab"}]}', payload, payload):
-            assert py.add_json(p) == rust.add_json(p), p
-        assert_twins(rust, py, payload)
+    assert_twins_on_payloads("CompletionsCore", ODD, b'{"choices":[{"text":"ab"}]}', cap=4)
 
 
 @needs_native
 @settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "300")), deadline=None)
 @given(completion_stream(), st.sampled_from([None, 1 << 20]), st.data())
 def test_twin_cores_on_generated_streams(chunks, cap, data):
-    rust, py = native.CompletionsCore(max_event_size=cap), pure.CompletionsCore(max_event_size=cap)
+    rust, py = core_pair("CompletionsCore", max_event_size=cap)
     stream = sse(chunks)
     for chunk in data.draw(chunking(stream)):
         assert py.feed(chunk) == rust.feed(chunk)
     assert_twins(rust, py)
     # a text cap smaller than the texts: the same refusals
-    rust, py = native.CompletionsCore(max_event_size=6), pure.CompletionsCore(max_event_size=6)
+    rust, py = core_pair("CompletionsCore", max_event_size=6)
     for payload in payloads(stream):
         assert py.add_json(payload) == rust.add_json(payload)
     assert_twins(rust, py)

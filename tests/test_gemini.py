@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 import rapidsse
 import rapidsse._wire
 from rapidsse import EventTooLarge, GeminiAccumulator, SSEError, StreamError, gemini, iter_events
-from rapidsse._pure import accumulate as pure
 from rapidsse.decoding import detect_protocol
 
-from .conftest import chunked, corpus_files, native
+from .conftest import chunked, corpus_files
 from .test_hostile import SETTINGS, chunking, mutated, outcome, random_stream
+from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
 genai = pytest.importorskip("google.genai")
 types = genai.types
@@ -259,30 +259,10 @@ def test_bad_payloads():
 
 # --- Rust and pure-Python cores side by side ----------------------------------------------------
 
-needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
-
-
-def core_state(core) -> dict:
-    snap = core.snapshot_json()
-    return {"snapshot": None if snap is None else json.loads(snap), "warnings": core.warnings(),
-            "unknown": core.unknown_events(), "events": core.events()}
-
-
-def assert_twins(rust, py, where=""):
-    a, b = core_state(rust), core_state(py)
-    assert b == a, where
-    assert json.dumps(b["snapshot"]) == json.dumps(a["snapshot"]), where
-
-
 @needs_native
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_twin_cores_on_the_corpus(path):
-    data = path.read_bytes()
-    for size in SIZES:
-        rust, py = native.GeminiCore(), pure.GeminiCore()
-        for chunk in chunked(data, size):
-            assert py.feed(chunk) == rust.feed(chunk)
-        assert_twins(rust, py, size)
+    assert_twins_feed("GeminiCore", path.read_bytes(), SIZES)
 
 
 ODD = [
@@ -303,15 +283,8 @@ ODD = [
 
 @needs_native
 def test_twin_cores_on_odd_payloads():
-    rust, py = native.GeminiCore(), pure.GeminiCore()
-    for payload in ODD:
-        assert py.add_json(payload) == rust.add_json(payload), payload
-        assert_twins(rust, py, payload)
-    for payload in ODD:
-        rust, py = native.GeminiCore(max_event_size=3), pure.GeminiCore(max_event_size=3)
-        for p in (b'{"candidates":[{"content":{"parts":[{"text":"ab"}]}}]}', payload, payload):
-            assert py.add_json(p) == rust.add_json(p), p
-        assert_twins(rust, py, payload)
+    first = b'{"candidates":[{"content":{"parts":[{"text":"ab"}]}}]}'
+    assert_twins_on_payloads("GeminiCore", ODD, first, cap=3)
 
 
 texts = st.sampled_from(["", "Hi", "é✓😀", "\n", '"'])
@@ -353,7 +326,7 @@ def sse(chunks: list[dict]) -> bytes:
 @settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "300")), deadline=None)
 @given(chunks_strategy, st.sampled_from([None, 8, 1 << 20]))
 def test_twin_cores_on_generated_streams(chunks, cap):
-    rust, py = native.GeminiCore(max_event_size=cap), pure.GeminiCore(max_event_size=cap)
+    rust, py = core_pair("GeminiCore", max_event_size=cap)
     for c in chunks:
         payload = json.dumps(c).encode()
         assert py.add_json(payload) == rust.add_json(payload)
