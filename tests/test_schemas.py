@@ -452,6 +452,20 @@ def test_mcp_failure_events():
     assert old.error == "boom"
 
 
+def part_events(item_id: str, output_index: int, kind: str, deltas: list[str]) -> list[dict]:
+    """The events of one content part of type ``kind`` (``output_text``, ``reasoning_text``): it is
+    added empty, then a ``response.<kind>.delta`` per piece, its ``.done`` with all the text, and
+    the part done."""
+    where = {"item_id": item_id, "output_index": output_index, "content_index": 0}
+    text = "".join(deltas)
+    return [
+        {"type": "response.content_part.added", **where, "part": {"type": kind, "text": ""}},
+        *({"type": f"response.{kind}.delta", **where, "delta": d} for d in deltas),
+        {"type": f"response.{kind}.done", **where, "text": text},
+        {"type": "response.content_part.done", **where, "part": {"type": kind, "text": text}},
+    ]
+
+
 def test_friendli_reasoning_text_stream():
     """The 15 core types as the Friendli Container sends them: sequence numbers from 0, no
     annotations on parts, no logprobs on deltas."""
@@ -467,29 +481,13 @@ def test_friendli_reasoning_text_stream():
         {"type": "response.in_progress", "response": response},
         {"type": "response.output_item.added", "output_index": 0,
          "item": {"type": "reasoning", "id": "rs_1", "summary": []}},
-        {"type": "response.content_part.added", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "part": {"type": "reasoning_text", "text": ""}},
-        {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "delta": "Think"},
-        {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "delta": "."},
-        {"type": "response.reasoning_text.done", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "text": "Think."},
-        {"type": "response.content_part.done", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "part": {"type": "reasoning_text", "text": "Think."}},
+        *part_events("rs_1", 0, "reasoning_text", ["Think", "."]),
         {"type": "response.output_item.done", "output_index": 0,
          "item": {"type": "reasoning", "id": "rs_1", "summary": [],
                   "content": [{"type": "reasoning_text", "text": "Think."}]}},
         {"type": "response.output_item.added", "output_index": 1,
          "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}},
-        {"type": "response.content_part.added", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "part": {"type": "output_text", "text": ""}},
-        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "delta": "Hi"},
-        {"type": "response.output_text.done", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "text": "Hi"},
-        {"type": "response.content_part.done", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "part": {"type": "output_text", "text": "Hi"}},
+        *part_events("msg_1", 1, "output_text", ["Hi"]),
         {"type": "response.output_item.done", "output_index": 1, "item": done["output"][1]},
         {"type": "response.completed", "response": done},
     ]
