@@ -15,12 +15,15 @@ Each submodule imports its third-party package only when it is imported itself:
 (Inside this package the submodule names match the packages they wrap; they import those packages
 absolutely, so ``import httpx`` there is the real httpx.)
 
-This module holds what they share: :class:`SSEContentTypeError` and :func:`to_builtins`.
+This module holds what they share: :class:`SSEContentTypeError`, :func:`to_builtins`, and how the
+two httpx modules open a stream.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -55,6 +58,28 @@ def expect_event_stream(content_type: str | None, status_code: int, response: An
     media_type = (content_type or "").split(";", 1)[0].strip().lower()
     if media_type != EVENT_STREAM:
         raise SSEContentTypeError(content_type or "", status_code, response)
+
+
+S = TypeVar("S")
+
+
+@contextmanager
+def connect(client: Any, method: str, url: Any, kwargs: dict[str, Any], headers: Callable[[Any], Any],
+            source: Callable[[Any], S]) -> Iterator[S]:
+    """``client.stream(method, url, **kwargs)`` with its headers given by ``headers(kwargs["headers"])``,
+    yielding ``source(response)``; the response is closed on exit (the httpx modules' ``connect_sse``)."""
+    merged = headers(kwargs.pop("headers", None))
+    with client.stream(method, url, headers=merged, **kwargs) as response:
+        yield source(response)
+
+
+@asynccontextmanager
+async def aconnect(client: Any, method: str, url: Any, kwargs: dict[str, Any], headers: Callable[[Any], Any],
+                   source: Callable[[Any], S]) -> AsyncIterator[S]:
+    """Async twin of :func:`connect` (the httpx modules' ``aconnect_sse``)."""
+    merged = headers(kwargs.pop("headers", None))
+    async with client.stream(method, url, headers=merged, **kwargs) as response:
+        yield source(response)
 
 
 def protocol_for_path(path: str) -> str:

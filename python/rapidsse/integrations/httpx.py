@@ -26,7 +26,7 @@ from the request path (``.../chat/completions``: Chat, ``.../completions``: Comp
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import httpx
@@ -34,7 +34,7 @@ import httpx
 from ..accumulate import EventStream, stream_chat, stream_completions, stream_gemini, stream_responses
 from ..decoding import aiter_events, iter_events
 from ..framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, aiter_sse, iter_sse
-from . import SSEContentTypeError, expect_event_stream, protocol_for_path
+from . import SSEContentTypeError, aconnect, connect, expect_event_stream, protocol_for_path
 
 __all__ = ["EventSource", "SSEContentTypeError", "aconnect_sse", "connect_sse"]
 
@@ -103,20 +103,16 @@ def _sse_headers(headers: Any) -> httpx.Headers:
     return merged
 
 
-@contextmanager
-def connect_sse(client: httpx.Client, method: str, url: str | httpx.URL, **kwargs: Any) -> Iterator[EventSource]:
+def connect_sse(
+    client: httpx.Client, method: str, url: str | httpx.URL, **kwargs: Any
+) -> AbstractContextManager[EventSource]:
     """Sends a streaming request with ``client`` (keyword arguments as for ``client.stream``) and
     yields its :class:`EventSource`; the response is closed on exit."""
-    headers = _sse_headers(kwargs.pop("headers", None))
-    with client.stream(method, url, headers=headers, **kwargs) as response:
-        yield EventSource(response)
+    return connect(client, method, url, kwargs, _sse_headers, EventSource)
 
 
-@asynccontextmanager
-async def aconnect_sse(
+def aconnect_sse(
     client: httpx.AsyncClient, method: str, url: str | httpx.URL, **kwargs: Any
-) -> AsyncIterator[EventSource]:
+) -> AbstractAsyncContextManager[EventSource]:
     """Async twin of :func:`connect_sse`."""
-    headers = _sse_headers(kwargs.pop("headers", None))
-    async with client.stream(method, url, headers=headers, **kwargs) as response:
-        yield EventSource(response)
+    return aconnect(client, method, url, kwargs, _sse_headers, EventSource)
