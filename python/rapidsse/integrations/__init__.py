@@ -82,6 +82,20 @@ async def aconnect(client: Any, method: str, url: Any, kwargs: dict[str, Any], h
         yield source(response)
 
 
+def to_model(model: Any, obj: Any, strict: bool) -> Any:
+    """A rapidsse Struct as the pydantic ``model`` of an SDK: :func:`to_builtins` validated with
+    ``model_validate``; a validation failure falls back to ``model_construct`` unless ``strict``."""
+    import pydantic  # the SDKs' dependency, not this package's
+
+    data = to_builtins(obj)
+    if strict:
+        return model.model_validate(data)
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError:
+        return model.model_construct(**data)
+
+
 def protocol_for_path(path: str) -> str:
     """``"chat"`` for a Chat Completions endpoint (``.../chat/completions``), ``"completions"``
     for the legacy one (``.../completions``), ``"gemini"`` for ``...:streamGenerateContent``,

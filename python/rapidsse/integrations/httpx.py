@@ -38,6 +38,22 @@ from . import SSEContentTypeError, aconnect, connect, expect_event_stream, proto
 
 __all__ = ["EventSource", "SSEContentTypeError", "aconnect_sse", "connect_sse"]
 
+_RESPONSE_INTERFACE = ("headers", "status_code", "request", "iter_bytes")
+
+
+def event_source_of(raw_response: Any, sdk: str) -> EventSource:
+    """The :class:`EventSource` of an SDK's raw response (what ``with_streaming_response`` or
+    ``with_raw_response`` gives; its ``http_response``) or of an HTTP response itself; ``sdk`` names
+    the SDK in the ``TypeError`` for anything else. Duck-typed: depending on its version an SDK's
+    transport is httpx or its successor httpx2, whose responses have the same interface."""
+    http_response = getattr(raw_response, "http_response", raw_response)
+    if not all(hasattr(http_response, name) for name in _RESPONSE_INTERFACE):
+        raise TypeError(
+            f"expected an {sdk} raw response (with_streaming_response / with_raw_response) or an "
+            f"httpx.Response, not {type(raw_response).__name__}"
+        )
+    return EventSource(http_response)
+
 
 class EventSource:
     """The event stream of one ``httpx.Response`` (sync or async; use the matching methods). Any
