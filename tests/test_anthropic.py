@@ -463,6 +463,37 @@ def test_parse_summarises_an_anthropic_stream():
     assert json.loads(proc.stdout)["content"][1]["input"] == tapped(path.read_bytes()).message.content[1].input
 
 
+@pytest.mark.parametrize("path", RECORDINGS[:3], ids=lambda p: p.name)
+def test_httpx_integration_reads_a_messages_url(path):
+    """``connect_sse`` on a ``/v1/messages`` URL reads Anthropic events without being told, and its
+    stream accumulates the message (sync and async)."""
+    import asyncio
+
+    import httpx
+
+    from rapidsse.integrations import protocol_for_path
+    from rapidsse.integrations.httpx import aconnect_sse, connect_sse
+
+    data = path.read_bytes()
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=data)
+    )
+    url = "http://anthropic.test/v1/messages"
+    with httpx.Client(transport=transport) as client, connect_sse(client, "POST", url, json={}) as source:
+        stream = source.stream()
+        events = list(stream)
+    assert events == list(rapidsse.iter_events([data], protocol="anthropic"))
+    assert stream.message == tapped(data).message
+
+    async def read_async():
+        async with httpx.AsyncClient(transport=transport) as client, aconnect_sse(client, "POST", url) as source:
+            stream = source.astream()
+            return [event async for event in stream], stream.message
+
+    assert asyncio.run(read_async()) == (events, stream.message)
+    assert protocol_for_path("/v1/messages") == "anthropic" and protocol_for_path("/v1/messages/") == "anthropic"
+
+
 def sdk_client(data: bytes, status: int = 200, content_type: str = "text/event-stream"):
     anthropic_sdk = pytest.importorskip("anthropic")
     httpx = sdk_httpx(anthropic_sdk)

@@ -98,13 +98,15 @@ def to_model(model: Any, obj: Any, strict: bool) -> Any:
 
 def protocol_for_path(path: str) -> str:
     """``"chat"`` for a Chat Completions endpoint (``.../chat/completions``), ``"completions"``
-    for the legacy one (``.../completions``), ``"gemini"`` for ``...:streamGenerateContent``,
-    else ``"responses"``."""
+    for the legacy one (``.../completions``), ``"anthropic"`` for Anthropic's ``.../messages``,
+    ``"gemini"`` for ``...:streamGenerateContent``, else ``"responses"``."""
     path = path.rstrip("/")
     if path.endswith("/chat/completions"):
         return "chat"
     if path.endswith("/completions"):
         return "completions"
+    if path.endswith("/messages"):
+        return "anthropic"
     if path.endswith(":streamGenerateContent"):
         return "gemini"
     return "responses"

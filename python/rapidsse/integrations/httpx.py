@@ -20,7 +20,7 @@ no-store`` (unless given other values). Reading events checks the response's con
 raises :class:`~rapidsse.integrations.SSEContentTypeError` when it is not an event stream (check
 ``source.response.status_code`` first to handle error replies your own way). The protocol is taken
 from the request path (``.../chat/completions``: Chat, ``.../completions``: Completions,
-``...:streamGenerateContent``: Gemini, else Responses) unless given.
+``.../messages``: Anthropic, ``...:streamGenerateContent``: Gemini, else Responses) unless given.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from ..accumulate import EventStream, stream_chat, stream_completions, stream_gemini, stream_responses
+from ..accumulate import EventStream, stream_anthropic, stream_chat, stream_completions, stream_gemini, stream_responses
 from ..decoding import aiter_events, iter_events
 from ..framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, aiter_sse, iter_sse
 from . import SSEContentTypeError, aconnect, connect, expect_event_stream, protocol_for_path
@@ -81,13 +81,14 @@ class EventSource:
         return iter_sse(self.response.iter_bytes(), max_event_size=max_event_size)
 
     def iter_events(self, protocol: str | None = None, **kwargs: Any) -> Iterator[Any]:
-        """The typed events (``protocol``: ``"responses"``, ``"chat"``, ``"gemini"`` or
-        ``"completions"``; default from the URL, see :func:`protocol_for_path`)."""
+        """The typed events (``protocol``: ``"responses"``, ``"chat"``, ``"anthropic"``, ``"gemini"``
+        or ``"completions"``; default from the URL, see :func:`protocol_for_path`)."""
         self._check()
         return iter_events(self.response.iter_bytes(), self._protocol(protocol), **kwargs)  # type: ignore[arg-type]
 
     def stream(self, protocol: str | None = None, **kwargs: Any) -> EventStream[Any]:
-        """Typed events accumulated as they pass (``.response`` / ``.completion`` after the loop)."""
+        """Typed events accumulated as they pass (``.response`` / ``.completion`` / ``.message``
+        after the loop)."""
         self._check()
         return _STREAMS.get(self._protocol(protocol), stream_responses)(self.response.iter_bytes(), **kwargs)
 
@@ -109,7 +110,7 @@ class EventSource:
         return start(self.response.aiter_bytes(), **kwargs)  # type: ignore[arg-type]
 
 
-_STREAMS = {"chat": stream_chat, "gemini": stream_gemini, "completions": stream_completions}
+_STREAMS = {"chat": stream_chat, "anthropic": stream_anthropic, "gemini": stream_gemini, "completions": stream_completions}
 
 
 def _sse_headers(headers: Any) -> httpx.Headers:
