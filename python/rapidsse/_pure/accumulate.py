@@ -29,6 +29,7 @@ input whatever the number of deltas.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -711,31 +712,7 @@ def _typed_event(top: dict) -> Any:
             elif c == 1 and (type(v) is not int or v < 0):
                 return _DATA
         return top
-    fields: dict = {}
-    for k, v in _entries(top):
-        if type(k) is not str:
-            return _SYNTAX
-        if k in _EV_STR:
-            if k in fields:
-                return _DATA
-            if v is None or type(v) is str:
-                fields[k] = v
-            else:
-                return _invalid(v)
-        elif k in _EV_U64:
-            if k in fields:
-                return _DATA
-            if v is None or (type(v) is int and v >= 0):
-                fields[k] = v
-            else:
-                return _invalid(v)
-        elif k in _EV_RAW:
-            if k in fields:
-                return _DATA
-            if _has_bad_utf8(v):
-                return _SYNTAX
-            fields[k] = v
-    return fields
+    return _typed_fields(top, _EV_STR, _EV_U64, _EV_RAW)
 
 
 _CHUNK_RAW = frozenset(["usage", "system_fingerprint", "moderation", "error"])
@@ -2066,31 +2043,40 @@ def _with_output_key(base: dict, key: str, value: Any) -> dict:
 # Gemini and Completions (rust/src/accumulate/gemini.rs, completions.rs)
 
 
+def _typed_fields(top: Any, strs: frozenset, u64s: frozenset, raws: frozenset) -> Any:
+    """A serde derive of an object with string, u64 and raw fields, read member by member (the
+    object as its pairs, duplicates kept): its read fields, or _DATA / _SYNTAX."""
+    fields: dict = {}
+    for k, v in _entries(top):
+        if type(k) is not str:
+            return _SYNTAX
+        if k in strs:
+            if k in fields:
+                return _DATA
+            if v is None or type(v) is str:
+                fields[k] = v
+            else:
+                return _invalid(v)
+        elif k in u64s:
+            if k in fields:
+                return _DATA
+            if v is None or (type(v) is int and 0 <= v <= _U64_MAX):
+                fields[k] = v
+            else:
+                return _invalid(v)
+        elif k in raws:
+            if k in fields:
+                return _DATA
+            if _has_bad_utf8(v):
+                return _SYNTAX
+            fields[k] = v
+    return fields
+
+
 def _typed_reader(strs: frozenset, raws: frozenset) -> Callable[[dict], Any]:
     """The typed parse of a chunk whose read fields are the strings ``strs`` and the raw
     fragments ``raws`` (the serde struct of each core): its read fields, or _DATA / _SYNTAX."""
-
-    def typed(top: dict) -> Any:
-        fields: dict = {}
-        for k, v in _entries(top):
-            if type(k) is not str:
-                return _SYNTAX
-            if k in strs:
-                if k in fields:
-                    return _DATA
-                if v is None or type(v) is str:
-                    fields[k] = v
-                else:
-                    return _invalid(v)
-            elif k in raws:
-                if k in fields:
-                    return _DATA
-                if _has_bad_utf8(v):
-                    return _SYNTAX
-                fields[k] = v
-        return fields
-
-    return typed
+    return functools.partial(_typed_fields, strs=strs, u64s=frozenset(), raws=raws)
 
 
 def _index_of(fields: dict) -> int:
@@ -2257,36 +2243,6 @@ _A_USED = frozenset(
     ["message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "error"]
 )
 _A_TOOL_INPUT_BLOCKS = frozenset(["tool_use", "server_tool_use", "mcp_tool_use"])
-
-
-def _typed_fields(top: Any, strs: frozenset, u64s: frozenset, raws: frozenset) -> Any:
-    """A serde derive of an object with string, u64 and raw fields: its read fields, or
-    _DATA / _SYNTAX (see ``_typed_event``)."""
-    fields: dict = {}
-    for k, v in _entries(top):
-        if type(k) is not str:
-            return _SYNTAX
-        if k in strs:
-            if k in fields:
-                return _DATA
-            if v is None or type(v) is str:
-                fields[k] = v
-            else:
-                return _invalid(v)
-        elif k in u64s:
-            if k in fields:
-                return _DATA
-            if v is None or (type(v) is int and 0 <= v <= _U64_MAX):
-                fields[k] = v
-            else:
-                return _invalid(v)
-        elif k in raws:
-            if k in fields:
-                return _DATA
-            if _has_bad_utf8(v):
-                return _SYNTAX
-            fields[k] = v
-    return fields
 
 
 def _typed_anthropic_event(top: dict) -> Any:
