@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 import rapidsse
 import rapidsse._wire
-from rapidsse import CompletionsAccumulator, EventTooLarge, SSEError, StreamError, completions, iter_events
+from rapidsse import CompletionsAccumulator, EventTooLarge, StreamError, completions, iter_events
 from rapidsse.decoding import detect_protocol
 
 from .conftest import chunked
-from .test_hostile import SETTINGS, chunking, mutated, outcome, random_stream
+from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
 from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "completions").glob("*.sse"))
@@ -302,23 +302,4 @@ def hostile_stream(draw) -> bytes:
 def test_hostile_streams_raise_only_sse_errors(data, on_error, cap, raise_on_error_event):
     stream = data.draw(st.one_of(hostile_stream(), hostile_stream(), random_stream()))
     chunks = data.draw(chunking(stream))
-    decoder = rapidsse.EventDecoder("completions", on_error=on_error, max_event_size=cap,
-                                    raise_on_error_event=raise_on_error_event)
-    outcome(decoder.feed, chunks)
-    acc = CompletionsAccumulator(on_error=on_error, max_event_size=cap)
-    outcome(acc.feed, chunks)
-    acc.close()
-    try:
-        acc.completion
-    except SSEError:
-        pass
-    typed = CompletionsAccumulator(on_error="skip", max_event_size=cap)
-    try:
-        events = rapidsse.EventDecoder("completions", on_error="keep", max_event_size=None).feed(stream)
-    except SSEError:
-        events = []
-    for event in events:
-        try:
-            typed.add(event)
-        except SSEError:
-            pass
+    assert_only_sse_errors("completions", CompletionsAccumulator, "completion", stream, chunks, on_error, cap, raise_on_error_event)

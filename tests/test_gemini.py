@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 import rapidsse
 import rapidsse._wire
-from rapidsse import EventTooLarge, GeminiAccumulator, SSEError, StreamError, gemini, iter_events
+from rapidsse import EventTooLarge, GeminiAccumulator, StreamError, gemini, iter_events
 from rapidsse.decoding import detect_protocol
 
 from .conftest import chunked, corpus_files
-from .test_hostile import SETTINGS, chunking, mutated, outcome, random_stream
+from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
 from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
 genai = pytest.importorskip("google.genai")
@@ -367,26 +367,7 @@ def hostile_stream(draw) -> bytes:
 def test_hostile_streams_raise_only_sse_errors(data, on_error, cap, raise_on_error_event):
     stream = data.draw(st.one_of(hostile_stream(), hostile_stream(), random_stream()))
     chunks = data.draw(chunking(stream))
-    decoder = rapidsse.EventDecoder("gemini", on_error=on_error, max_event_size=cap,
-                                    raise_on_error_event=raise_on_error_event)
-    outcome(decoder.feed, chunks)
-    acc = GeminiAccumulator(on_error=on_error, max_event_size=cap)
-    outcome(acc.feed, chunks)
-    acc.close()
-    try:
-        acc.response
-    except SSEError:
-        pass
-    typed = GeminiAccumulator(on_error="skip", max_event_size=cap)
-    try:
-        events = rapidsse.EventDecoder("gemini", on_error="keep", max_event_size=None).feed(stream)
-    except SSEError:
-        events = []
-    for event in events:
-        try:
-            typed.add(event)
-        except SSEError:
-            pass
+    assert_only_sse_errors("gemini", GeminiAccumulator, "response", stream, chunks, on_error, cap, raise_on_error_event)
 
 
 def test_httpx_integration_reads_a_gemini_url():
