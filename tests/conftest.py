@@ -35,6 +35,15 @@ def corpus_files(kind: str) -> list[Path]:
     return files
 
 
+def sse_transport(data: bytes):
+    """An httpx ``MockTransport`` that answers every request with ``data`` as an event stream."""
+    import httpx
+
+    return httpx.MockTransport(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=data)
+    )
+
+
 def chunked(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
 

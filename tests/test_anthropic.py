@@ -23,7 +23,7 @@ from rapidsse._schema import UnknownVariant
 from rapidsse._wire import decode as decode_lenient  # with the wire info, as decoded events have
 
 from . import twins
-from .conftest import chunked, corpus_files, native
+from .conftest import chunked, corpus_files, native, sse_transport
 from .twins import assert_twins, assert_twins_feed, needs_native
 from .test_accumulate_twin import odd_payloads
 
@@ -475,9 +475,7 @@ def test_httpx_integration_reads_a_messages_url(path):
     from rapidsse.integrations.httpx import aconnect_sse, connect_sse
 
     data = path.read_bytes()
-    transport = httpx.MockTransport(
-        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=data)
-    )
+    transport = sse_transport(data)
     url = "http://anthropic.test/v1/messages"
     with httpx.Client(transport=transport) as client, connect_sse(client, "POST", url, json={}) as source:
         stream = source.stream()

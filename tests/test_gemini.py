@@ -19,7 +19,7 @@ import rapidsse._wire
 from rapidsse import EventTooLarge, GeminiAccumulator, StreamError, gemini, iter_events
 from rapidsse.decoding import detect_protocol
 
-from .conftest import chunked, corpus_files
+from .conftest import chunked, corpus_files, sse_transport
 from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
 from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
@@ -376,9 +376,7 @@ def test_httpx_integration_reads_a_gemini_url():
     from rapidsse.integrations.httpx import connect_sse
 
     data = FILES[0].read_bytes()
-    transport = httpx.MockTransport(
-        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=data)
-    )
+    transport = sse_transport(data)
     url = "http://gemini.test/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     with httpx.Client(transport=transport) as client, connect_sse(client, "POST", url, json={}) as source:
         stream = source.stream()
