@@ -22,7 +22,7 @@ import rapidsse._wire
 from rapidsse import CompletionsAccumulator, EventTooLarge, StreamError, completions, iter_events
 from rapidsse.decoding import detect_protocol
 
-from .conftest import chunked
+from .conftest import assert_ways_in_agree, chunked
 from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
 from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
@@ -126,24 +126,8 @@ def test_the_vllm_fixture_in_detail():
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
 def test_feed_add_and_add_json_agree(path):
     data = path.read_bytes()
-    whole = CompletionsAccumulator()
-    whole.feed(data)
-    for size in SIZES:
-        acc = CompletionsAccumulator()
-        for chunk in chunked(data, size):
-            acc.feed(chunk)
-        assert acc.completion == whole.completion, size
-    typed = CompletionsAccumulator()
-    for chunk in iter_events([data], protocol="completions"):
-        typed.add(chunk)
-    assert typed.completion == whole.completion
-    by_json = CompletionsAccumulator()
-    for payload in payloads(data):
-        by_json.add_json(payload)
-    assert by_json.completion == whole.completion and by_json.events == len(payloads(data)) - 1
-    stream = rapidsse.stream_completions(chunked(data, 64))
-    assert list(stream) == list(iter_events([data], protocol="completions"))
-    assert stream.completion == whole.completion
+    by_json = assert_ways_in_agree("completions", CompletionsAccumulator, "completion", data, payloads(data), SIZES, 64)
+    assert by_json.events == len(payloads(data)) - 1  # all but the [DONE]
 
 
 def test_errors_and_other_objects():

@@ -19,7 +19,7 @@ import rapidsse._wire
 from rapidsse import EventTooLarge, GeminiAccumulator, StreamError, gemini, iter_events
 from rapidsse.decoding import detect_protocol
 
-from .conftest import chunked, corpus_files, sse_transport
+from .conftest import assert_ways_in_agree, chunked, corpus_files, sse_transport
 from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
 from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
@@ -133,24 +133,8 @@ def test_accumulated_response_agrees_with_the_sdk(path):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_feed_add_and_add_json_agree(path):
     data = path.read_bytes()
-    whole = GeminiAccumulator()
-    whole.feed(data)
-    for size in SIZES:
-        acc = GeminiAccumulator()
-        for chunk in chunked(data, size):
-            acc.feed(chunk)
-        assert acc.response == whole.response, size
-    typed = GeminiAccumulator()
-    for chunk in iter_events([data], protocol="gemini"):
-        typed.add(chunk)
-    assert typed.response == whole.response
-    by_json = GeminiAccumulator()
-    for payload in payloads(data):
-        by_json.add_json(payload.decode())
-    assert by_json.response == whole.response
-    stream = rapidsse.stream_gemini(chunked(data, 100))
-    assert list(stream) == list(iter_events([data], protocol="gemini"))
-    assert stream.response == whole.response
+    texts = [payload.decode() for payload in payloads(data)]  # add_json takes str too
+    assert_ways_in_agree("gemini", GeminiAccumulator, "response", data, texts, SIZES, 100)
 
 
 def test_joining_rules():
