@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,8 +36,46 @@ def corpus_files(kind: str) -> list[Path]:
     return files
 
 
+def sse_transport(data: bytes):
+    """An httpx ``MockTransport`` that answers every request with ``data`` as an event stream."""
+    import httpx
+
+    return httpx.MockTransport(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=data)
+    )
+
+
 def chunked(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+
+
+def assert_ways_in_agree(protocol: str, acc_type: type, result: str, data: bytes, payloads: list,
+                         sizes, stream_size: int) -> Any:
+    """Every way into an ``acc_type`` accumulator builds the same final object (its ``result``):
+    ``feed`` of the whole stream and in chunks of each of ``sizes``, ``add`` of its typed events,
+    ``add_json`` of each of ``payloads``, and ``rapidsse.stream_<protocol>`` over chunks of
+    ``stream_size`` (which also yields the typed events). Returns the ``add_json`` accumulator."""
+    whole = acc_type()
+    whole.feed(data)
+    expected = getattr(whole, result)
+    for size in sizes:
+        acc = acc_type()
+        for chunk in chunked(data, size):
+            acc.feed(chunk)
+        assert getattr(acc, result) == expected, size
+    events = list(rapidsse.iter_events([data], protocol=protocol))
+    typed = acc_type()
+    for event in events:
+        typed.add(event)
+    assert getattr(typed, result) == expected
+    by_json = acc_type()
+    for payload in payloads:
+        by_json.add_json(payload)
+    assert getattr(by_json, result) == expected
+    stream = getattr(rapidsse, f"stream_{protocol}")(chunked(data, stream_size))
+    assert list(stream) == events
+    assert getattr(stream, result) == expected
+    return by_json
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,9 @@ from rapidsse import anthropic
 from rapidsse._schema import UnknownVariant
 from rapidsse._wire import decode as decode_lenient  # with the wire info, as decoded events have
 
-from .conftest import chunked, corpus_files
+from . import twins
+from .conftest import chunked, corpus_files, native, sse_transport
+from .twins import assert_twins, assert_twins_feed, needs_native
 from .test_accumulate_twin import odd_payloads
 
 RECORDINGS = corpus_files("anthropic")
@@ -351,47 +353,20 @@ def test_hostile_input_raises_only_sse_errors():
 # ---------------------------------------------------------------------------------------------
 # The two backends, side by side
 
-try:
-    from rapidsse import _rapidsse as native
-except ImportError:
-    native = None
-
-needs_native = pytest.mark.skipif(
-    native is None or not hasattr(native, "AnthropicCore"), reason="the compiled extension is not built"
-)
-
-
-def core_state(core) -> dict:
-    snap = core.snapshot_json()
-    return {
-        "snapshot": None if snap is None else json.loads(snap),
-        "json": snap,
-        "warnings": core.warnings(),
-        "unknown": core.unknown_events(),
-        "events": core.events(),
-    }
-
-
 def core_pair(**kw):
-    from rapidsse._pure import accumulate as pure
-
-    return native.AnthropicCore(**kw), pure.AnthropicCore(**kw)
+    return twins.core_pair("AnthropicCore", **kw)
 
 
 @needs_native
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name)
 def test_backends_agree_on_the_corpus(path):
     data = path.read_bytes()
-    for size in (7, 512, 65536):
-        rust, py = core_pair()
-        for chunk in chunked(data, size):
-            assert py.feed(chunk) == rust.feed(chunk)
-        assert core_state(py) == core_state(rust)
+    assert_twins_feed("AnthropicCore", data, (7, 512, 65536))
     rust, py = core_pair()
     for n, payload in enumerate(payloads(data)):
         assert py.add_json(payload) == rust.add_json(payload)
         if n % 8 == 0:
-            assert core_state(py) == core_state(rust), n
+            assert_twins(rust, py, n)
 
 
 @needs_native
@@ -406,7 +381,7 @@ def test_backends_agree_on_hostile_streams():
                 except rapidsse.SSEError as exc:
                     results.append((type(exc).__name__, str(exc)))
             assert results[0] == results[1]
-        assert core_state(py) == core_state(rust)
+        assert_twins(rust, py)
 
 
 texts = st.text(alphabet=st.sampled_from("ab \"\\\n\u00e9\U0001f600{}[]:,0-"), max_size=8)
@@ -466,7 +441,7 @@ def test_backends_agree_on_generated_events(data):
     rust, py = core_pair(max_event_size=data.draw(st.sampled_from([None, 64, 1 << 20])))
     for n, payload in enumerate(events):
         assert py.add_json(payload) == rust.add_json(payload), (n, payload)
-        assert core_state(py) == core_state(rust), (n, payload)
+        assert_twins(rust, py, (n, payload))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -486,6 +461,35 @@ def test_parse_summarises_an_anthropic_stream():
     assert lines[-1].startswith("anthropic stream: ")
     proc = run("parse", "--json", path)
     assert json.loads(proc.stdout)["content"][1]["input"] == tapped(path.read_bytes()).message.content[1].input
+
+
+@pytest.mark.parametrize("path", RECORDINGS[:3], ids=lambda p: p.name)
+def test_httpx_integration_reads_a_messages_url(path):
+    """``connect_sse`` on a ``/v1/messages`` URL reads Anthropic events without being told, and its
+    stream accumulates the message (sync and async)."""
+    import asyncio
+
+    import httpx
+
+    from rapidsse.integrations import protocol_for_path
+    from rapidsse.integrations.httpx import aconnect_sse, connect_sse
+
+    data = path.read_bytes()
+    transport = sse_transport(data)
+    url = "http://anthropic.test/v1/messages"
+    with httpx.Client(transport=transport) as client, connect_sse(client, "POST", url, json={}) as source:
+        stream = source.stream()
+        events = list(stream)
+    assert events == list(rapidsse.iter_events([data], protocol="anthropic"))
+    assert stream.message == tapped(data).message
+
+    async def read_async():
+        async with httpx.AsyncClient(transport=transport) as client, aconnect_sse(client, "POST", url) as source:
+            stream = source.astream()
+            return [event async for event in stream], stream.message
+
+    assert asyncio.run(read_async()) == (events, stream.message)
+    assert protocol_for_path("/v1/messages") == "anthropic" and protocol_for_path("/v1/messages/") == "anthropic"
 
 
 def sdk_client(data: bytes, status: int = 200, content_type: str = "text/event-stream"):

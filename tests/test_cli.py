@@ -61,6 +61,14 @@ def accumulated(protocol: str, path: Path) -> object:
     return acc.response if protocol == "responses" else acc.completion
 
 
+def accumulated_message(path: Path) -> rapidsse.anthropic.Message:
+    """The final Anthropic message of a recording, built in-process."""
+    acc = rapidsse.AnthropicAccumulator()
+    acc.feed(path.read_bytes())
+    acc.close()
+    return acc.message
+
+
 def typed_events(protocol: str, path: Path) -> list:
     data = path.read_bytes()
     if protocol == "realtime":
@@ -114,12 +122,26 @@ def test_demo_shows_text_tool_call_reasoning_usage_and_speed():
     assert "completed  model gpt-5-2025-08-07" in out
     assert "usage: 366 input · 256 cached · 59 output · 14 reasoning · 425 total" in out
     assert "usage: 9,463 input · 8,320 cached · 582 output · 512 reasoning · 10,045 total" in out
+    # the Anthropic stream: its typed events live (the text, the tool call as its input JSON streams),
+    # then the accumulated message, from the text block to the usage
+    anthropic_part = out[out.index("▸ Anthropic Messages"):out.index("\nspeed: ")]
+    assert anthropic_part.splitlines()[1:] == [
+        "  I'll check the current weather in Paris for you.",
+        '  → get_weather({"location": "Paris"})',
+        "  final message, as accumulated:",
+        "  message msg_019Q1hrJbZG26Fb9BQhrkHEr  model claude-sonnet-4-20250514  stop: tool_use",
+        "    text: I'll check the current weather in Paris for you.",
+        '    tool call: get_weather({"location": "Paris"})  toolu_01NRLabsLyVHZPKxbKvkfSMn',
+        "    usage: 377 input · 0 cache read · 0 cache write · 65 output",
+    ]
+    message = accumulated_message(_bundled()[-1])
+    assert f"  message {message.id}  model {message.model}  stop: {message.stop_reason}" in anthropic_part
     speed = re.search(
         r"^speed: parsed (\d+) events \(([\d.]+) KB\) in ([\d,]+) µs: ([\d.]+) µs/event, ([\d,]+) MB/s, "
         r"backend (\w+)$", out, re.MULTILINE,
     )  # fmt: skip
     assert speed, out
-    n_events = sum(len(typed_events("responses", path)) for path in _bundled())
+    n_events = sum(len(typed_events(rec.protocol, path)) for rec, path in zip(cli.DEMO, _bundled()))
     assert int(speed[1]) == n_events
     assert float(speed[2]) == pytest.approx(sum(p.stat().st_size for p in _bundled()) / 1000, abs=0.05)
     assert speed[6] == rapidsse.BACKEND
@@ -143,11 +165,18 @@ def test_demo_rejects_a_speed_that_is_not_positive():
 
 def test_bundled_recordings_are_unedited_corpus_files_with_their_licence():
     """rapidsse/data/README.md says the files are byte-for-byte recordings from the corpus."""
-    corpus = {path.read_bytes() for path in corpus_files("responses")}
-    for path in _bundled():
-        assert path.read_bytes() in corpus, path.name
-    notice = (Path(cli.__file__).parent / "data" / "README.md").read_text(encoding="utf-8")
-    assert "pydantic-ai" in notice and "MIT" in notice and "Permission is hereby granted" in notice
+    assert {rec.protocol for rec in cli.DEMO} == {"responses", "anthropic"}
+    for rec, path in zip(cli.DEMO, _bundled()):
+        assert path.read_bytes() in {p.read_bytes() for p in corpus_files(rec.protocol)}, path.name
+    data = Path(cli.__file__).parent / "data"
+    notice = (data / "README.md").read_text(encoding="utf-8")
+    assert "MIT" in notice and "Permission is hereby granted" in notice
+    for source, licence in (("pydantic-ai", "LICENSE-pydantic-ai.txt"),
+                            ("anthropic-sdk-python", "LICENSE-anthropic-sdk-python.txt")):
+        text = (data / licence).read_text(encoding="utf-8")
+        assert source in notice and licence in notice
+        assert text == (CORPUS.parent / "corpus" / licence).read_text(encoding="utf-8")
+        assert next(line for line in text.splitlines() if line.startswith("Copyright")) in notice
     for path in _bundled():
         assert path.name in notice
 

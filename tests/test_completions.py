@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 import rapidsse
 import rapidsse._wire
-from rapidsse import CompletionsAccumulator, EventTooLarge, SSEError, StreamError, completions, iter_events
-from rapidsse._pure import accumulate as pure
+from rapidsse import CompletionsAccumulator, EventTooLarge, StreamError, completions, iter_events
 from rapidsse.decoding import detect_protocol
 
-from .conftest import chunked, native
-from .test_hostile import SETTINGS, chunking, mutated, outcome, random_stream
+from .conftest import assert_ways_in_agree, chunked
+from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
+from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "completions").glob("*.sse"))
 SIZES = (1, 7, 512, 65536)
@@ -126,24 +126,8 @@ def test_the_vllm_fixture_in_detail():
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
 def test_feed_add_and_add_json_agree(path):
     data = path.read_bytes()
-    whole = CompletionsAccumulator()
-    whole.feed(data)
-    for size in SIZES:
-        acc = CompletionsAccumulator()
-        for chunk in chunked(data, size):
-            acc.feed(chunk)
-        assert acc.completion == whole.completion, size
-    typed = CompletionsAccumulator()
-    for chunk in iter_events([data], protocol="completions"):
-        typed.add(chunk)
-    assert typed.completion == whole.completion
-    by_json = CompletionsAccumulator()
-    for payload in payloads(data):
-        by_json.add_json(payload)
-    assert by_json.completion == whole.completion and by_json.events == len(payloads(data)) - 1
-    stream = rapidsse.stream_completions(chunked(data, 64))
-    assert list(stream) == list(iter_events([data], protocol="completions"))
-    assert stream.completion == whole.completion
+    by_json = assert_ways_in_agree("completions", CompletionsAccumulator, "completion", data, payloads(data), SIZES, 64)
+    assert by_json.events == len(payloads(data)) - 1  # all but the [DONE]
 
 
 def test_errors_and_other_objects():
@@ -243,30 +227,10 @@ def test_generated_streams_agree_with_the_sdk(chunks):
 
 # --- Rust and pure-Python cores side by side ----------------------------------------------------
 
-needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
-
-
-def core_state(core) -> dict:
-    snap = core.snapshot_json()
-    return {"snapshot": None if snap is None else json.loads(snap), "warnings": core.warnings(),
-            "unknown": core.unknown_events(), "events": core.events()}
-
-
-def assert_twins(rust, py, where=""):
-    a, b = core_state(rust), core_state(py)
-    assert b == a, where
-    assert json.dumps(b["snapshot"]) == json.dumps(a["snapshot"]), where
-
-
 @needs_native
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
 def test_twin_cores_on_the_fixtures(path):
-    data = path.read_bytes()
-    for size in SIZES:
-        rust, py = native.CompletionsCore(), pure.CompletionsCore()
-        for chunk in chunked(data, size):
-            assert py.feed(chunk) == rust.feed(chunk)
-        assert_twins(rust, py, size)
+    assert_twins_feed("CompletionsCore", path.read_bytes(), SIZES)
 
 
 ODD = [
@@ -287,28 +251,20 @@ ODD = [
 
 @needs_native
 def test_twin_cores_on_odd_payloads():
-    rust, py = native.CompletionsCore(), pure.CompletionsCore()
-    for payload in ODD:
-        assert py.add_json(payload) == rust.add_json(payload), payload
-        assert_twins(rust, py, payload)
-    for payload in ODD:
-        rust, py = native.CompletionsCore(max_event_size=4), pure.CompletionsCore(max_event_size=4)
-        for p in (b'{"choices":[{"text":"ab"}]}', payload, payload):
-            assert py.add_json(p) == rust.add_json(p), p
-        assert_twins(rust, py, payload)
+    assert_twins_on_payloads("CompletionsCore", ODD, b'{"choices":[{"text":"ab"}]}', cap=4)
 
 
 @needs_native
 @settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "300")), deadline=None)
 @given(completion_stream(), st.sampled_from([None, 1 << 20]), st.data())
 def test_twin_cores_on_generated_streams(chunks, cap, data):
-    rust, py = native.CompletionsCore(max_event_size=cap), pure.CompletionsCore(max_event_size=cap)
+    rust, py = core_pair("CompletionsCore", max_event_size=cap)
     stream = sse(chunks)
     for chunk in data.draw(chunking(stream)):
         assert py.feed(chunk) == rust.feed(chunk)
     assert_twins(rust, py)
     # a text cap smaller than the texts: the same refusals
-    rust, py = native.CompletionsCore(max_event_size=6), pure.CompletionsCore(max_event_size=6)
+    rust, py = core_pair("CompletionsCore", max_event_size=6)
     for payload in payloads(stream):
         assert py.add_json(payload) == rust.add_json(payload)
     assert_twins(rust, py)
@@ -330,23 +286,4 @@ def hostile_stream(draw) -> bytes:
 def test_hostile_streams_raise_only_sse_errors(data, on_error, cap, raise_on_error_event):
     stream = data.draw(st.one_of(hostile_stream(), hostile_stream(), random_stream()))
     chunks = data.draw(chunking(stream))
-    decoder = rapidsse.EventDecoder("completions", on_error=on_error, max_event_size=cap,
-                                    raise_on_error_event=raise_on_error_event)
-    outcome(decoder.feed, chunks)
-    acc = CompletionsAccumulator(on_error=on_error, max_event_size=cap)
-    outcome(acc.feed, chunks)
-    acc.close()
-    try:
-        acc.completion
-    except SSEError:
-        pass
-    typed = CompletionsAccumulator(on_error="skip", max_event_size=cap)
-    try:
-        events = rapidsse.EventDecoder("completions", on_error="keep", max_event_size=None).feed(stream)
-    except SSEError:
-        events = []
-    for event in events:
-        try:
-            typed.add(event)
-        except SSEError:
-            pass
+    assert_only_sse_errors("completions", CompletionsAccumulator, "completion", stream, chunks, on_error, cap, raise_on_error_event)

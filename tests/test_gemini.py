@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 import rapidsse
 import rapidsse._wire
-from rapidsse import EventTooLarge, GeminiAccumulator, SSEError, StreamError, gemini, iter_events
-from rapidsse._pure import accumulate as pure
+from rapidsse import EventTooLarge, GeminiAccumulator, StreamError, gemini, iter_events
 from rapidsse.decoding import detect_protocol
 
-from .conftest import chunked, corpus_files, native
-from .test_hostile import SETTINGS, chunking, mutated, outcome, random_stream
+from .conftest import assert_ways_in_agree, chunked, corpus_files, sse_transport
+from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
+from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
 genai = pytest.importorskip("google.genai")
 types = genai.types
@@ -133,24 +133,8 @@ def test_accumulated_response_agrees_with_the_sdk(path):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_feed_add_and_add_json_agree(path):
     data = path.read_bytes()
-    whole = GeminiAccumulator()
-    whole.feed(data)
-    for size in SIZES:
-        acc = GeminiAccumulator()
-        for chunk in chunked(data, size):
-            acc.feed(chunk)
-        assert acc.response == whole.response, size
-    typed = GeminiAccumulator()
-    for chunk in iter_events([data], protocol="gemini"):
-        typed.add(chunk)
-    assert typed.response == whole.response
-    by_json = GeminiAccumulator()
-    for payload in payloads(data):
-        by_json.add_json(payload.decode())
-    assert by_json.response == whole.response
-    stream = rapidsse.stream_gemini(chunked(data, 100))
-    assert list(stream) == list(iter_events([data], protocol="gemini"))
-    assert stream.response == whole.response
+    texts = [payload.decode() for payload in payloads(data)]  # add_json takes str too
+    assert_ways_in_agree("gemini", GeminiAccumulator, "response", data, texts, SIZES, 100)
 
 
 def test_joining_rules():
@@ -259,30 +243,10 @@ def test_bad_payloads():
 
 # --- Rust and pure-Python cores side by side ----------------------------------------------------
 
-needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
-
-
-def core_state(core) -> dict:
-    snap = core.snapshot_json()
-    return {"snapshot": None if snap is None else json.loads(snap), "warnings": core.warnings(),
-            "unknown": core.unknown_events(), "events": core.events()}
-
-
-def assert_twins(rust, py, where=""):
-    a, b = core_state(rust), core_state(py)
-    assert b == a, where
-    assert json.dumps(b["snapshot"]) == json.dumps(a["snapshot"]), where
-
-
 @needs_native
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_twin_cores_on_the_corpus(path):
-    data = path.read_bytes()
-    for size in SIZES:
-        rust, py = native.GeminiCore(), pure.GeminiCore()
-        for chunk in chunked(data, size):
-            assert py.feed(chunk) == rust.feed(chunk)
-        assert_twins(rust, py, size)
+    assert_twins_feed("GeminiCore", path.read_bytes(), SIZES)
 
 
 ODD = [
@@ -303,15 +267,8 @@ ODD = [
 
 @needs_native
 def test_twin_cores_on_odd_payloads():
-    rust, py = native.GeminiCore(), pure.GeminiCore()
-    for payload in ODD:
-        assert py.add_json(payload) == rust.add_json(payload), payload
-        assert_twins(rust, py, payload)
-    for payload in ODD:
-        rust, py = native.GeminiCore(max_event_size=3), pure.GeminiCore(max_event_size=3)
-        for p in (b'{"candidates":[{"content":{"parts":[{"text":"ab"}]}}]}', payload, payload):
-            assert py.add_json(p) == rust.add_json(p), p
-        assert_twins(rust, py, payload)
+    first = b'{"candidates":[{"content":{"parts":[{"text":"ab"}]}}]}'
+    assert_twins_on_payloads("GeminiCore", ODD, first, cap=3)
 
 
 texts = st.sampled_from(["", "Hi", "é✓😀", "\n", '"'])
@@ -353,7 +310,7 @@ def sse(chunks: list[dict]) -> bytes:
 @settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "300")), deadline=None)
 @given(chunks_strategy, st.sampled_from([None, 8, 1 << 20]))
 def test_twin_cores_on_generated_streams(chunks, cap):
-    rust, py = native.GeminiCore(max_event_size=cap), pure.GeminiCore(max_event_size=cap)
+    rust, py = core_pair("GeminiCore", max_event_size=cap)
     for c in chunks:
         payload = json.dumps(c).encode()
         assert py.add_json(payload) == rust.add_json(payload)
@@ -394,26 +351,7 @@ def hostile_stream(draw) -> bytes:
 def test_hostile_streams_raise_only_sse_errors(data, on_error, cap, raise_on_error_event):
     stream = data.draw(st.one_of(hostile_stream(), hostile_stream(), random_stream()))
     chunks = data.draw(chunking(stream))
-    decoder = rapidsse.EventDecoder("gemini", on_error=on_error, max_event_size=cap,
-                                    raise_on_error_event=raise_on_error_event)
-    outcome(decoder.feed, chunks)
-    acc = GeminiAccumulator(on_error=on_error, max_event_size=cap)
-    outcome(acc.feed, chunks)
-    acc.close()
-    try:
-        acc.response
-    except SSEError:
-        pass
-    typed = GeminiAccumulator(on_error="skip", max_event_size=cap)
-    try:
-        events = rapidsse.EventDecoder("gemini", on_error="keep", max_event_size=None).feed(stream)
-    except SSEError:
-        events = []
-    for event in events:
-        try:
-            typed.add(event)
-        except SSEError:
-            pass
+    assert_only_sse_errors("gemini", GeminiAccumulator, "response", stream, chunks, on_error, cap, raise_on_error_event)
 
 
 def test_httpx_integration_reads_a_gemini_url():
@@ -422,9 +360,7 @@ def test_httpx_integration_reads_a_gemini_url():
     from rapidsse.integrations.httpx import connect_sse
 
     data = FILES[0].read_bytes()
-    transport = httpx.MockTransport(
-        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=data)
-    )
+    transport = sse_transport(data)
     url = "http://gemini.test/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     with httpx.Client(transport=transport) as client, connect_sse(client, "POST", url, json={}) as source:
         stream = source.stream()

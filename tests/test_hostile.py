@@ -115,6 +115,32 @@ def outcome(feed, chunks, *, exact=True) -> list:
     return out
 
 
+def assert_only_sse_errors(protocol: str, acc_type, result: str, stream: bytes, chunks: list[bytes],
+                           on_error: str, cap, raise_on_error_event: bool) -> None:
+    """The live backend on a hostile ``stream`` raises nothing but SSEError subclasses: decoding
+    it in ``chunks``, tapping it into an ``acc_type`` accumulator (and reading its ``result``), and
+    adding its events (decoded with ``on_error="keep"``) to another one."""
+    decoder = EventDecoder(protocol, on_error=on_error, max_event_size=cap, raise_on_error_event=raise_on_error_event)
+    outcome(decoder.feed, chunks)
+    acc = acc_type(on_error=on_error, max_event_size=cap)
+    outcome(acc.feed, chunks)
+    acc.close()
+    try:
+        getattr(acc, result)
+    except SSEError:
+        pass
+    typed = acc_type(on_error="skip", max_event_size=cap)
+    try:
+        events = EventDecoder(protocol, on_error="keep", max_event_size=None).feed(stream)
+    except SSEError:
+        events = []
+    for event in events:
+        try:
+            typed.add(event)
+        except SSEError:
+            pass
+
+
 # --- hostile streams ----------------------------------------------------------------------------
 
 _EVENTS = {

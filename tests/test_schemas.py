@@ -193,14 +193,22 @@ def decode_all(payloads: list[bytes], event_type: Any) -> list[Any]:
     return events
 
 
-@by_name(RESPONSES)
-def test_responses_corpus_decodes(name, payloads):
-    events = decode_all(payloads, responses.Event)
+def decode_tagged(payloads: list[bytes], event_type: Any) -> list[Any]:
+    """The events of a recording of a tagged protocol, each one of the type it names, with no
+    unknown variant inside, decoded alike by ``decode_lenient`` and unchanged by a round trip."""
+    events = decode_all(payloads, event_type)
     for payload, event in zip(payloads, events):
         assert event.type == json.loads(payload)["type"]
         assert unknown_variants(event) == []
-        assert decode_lenient(payload, responses.Event) == event
-        assert msgspec.json.decode(msgspec.json.encode(event), type=responses.Event) == event
+        assert decode_lenient(payload, event_type) == event
+        assert msgspec.json.decode(msgspec.json.encode(event), type=event_type) == event
+    return events
+
+
+@by_name(RESPONSES)
+def test_responses_corpus_decodes(name, payloads):
+    events = decode_tagged(payloads, responses.Event)
+    for event in events:
         if isinstance(event, (responses.ResponseCreated, responses.ResponseCompleted)):
             snapshot = msgspec.json.encode(event.response)
             assert msgspec.json.decode(snapshot, type=responses.Response) == event.response
@@ -218,12 +226,7 @@ def test_chat_corpus_decodes(name, payloads):
 
 @by_name(REALTIME)
 def test_realtime_corpus_decodes(name, payloads):
-    events = decode_all(payloads, realtime.Event)
-    for payload, event in zip(payloads, events):
-        assert event.type == json.loads(payload)["type"]
-        assert unknown_variants(event) == []
-        assert decode_lenient(payload, realtime.Event) == event
-        assert msgspec.json.decode(msgspec.json.encode(event), type=realtime.Event) == event
+    decode_tagged(payloads, realtime.Event)
 
 
 def sdk_comparison(files, parse, event_type) -> tuple[int, int]:
@@ -349,12 +352,17 @@ def test_corpus_covers_the_item_types():
 # Responses: synthetic events for what the corpus lacks
 
 
-def decode_response_events(*events: dict) -> list[Any]:
+def decode_synthetic(event_type: Any, events: tuple[dict, ...]) -> list[Any]:
+    """``events`` written as JSON and decoded as ``event_type``, each unchanged by a round trip."""
     payloads = [json.dumps(e).encode() for e in events]
-    decoded = decode_all(payloads, responses.Event)
+    decoded = decode_all(payloads, event_type)
     for event in decoded:
-        assert msgspec.json.decode(msgspec.json.encode(event), type=responses.Event) == event
+        assert msgspec.json.decode(msgspec.json.encode(event), type=event_type) == event
     return decoded
+
+
+def decode_response_events(*events: dict) -> list[Any]:
+    return decode_synthetic(responses.Event, events)
 
 
 def test_refusal_events():
@@ -452,6 +460,20 @@ def test_mcp_failure_events():
     assert old.error == "boom"
 
 
+def part_events(item_id: str, output_index: int, kind: str, deltas: list[str]) -> list[dict]:
+    """The events of one content part of type ``kind`` (``output_text``, ``reasoning_text``): it is
+    added empty, then a ``response.<kind>.delta`` per piece, its ``.done`` with all the text, and
+    the part done."""
+    where = {"item_id": item_id, "output_index": output_index, "content_index": 0}
+    text = "".join(deltas)
+    return [
+        {"type": "response.content_part.added", **where, "part": {"type": kind, "text": ""}},
+        *({"type": f"response.{kind}.delta", **where, "delta": d} for d in deltas),
+        {"type": f"response.{kind}.done", **where, "text": text},
+        {"type": "response.content_part.done", **where, "part": {"type": kind, "text": text}},
+    ]
+
+
 def test_friendli_reasoning_text_stream():
     """The 15 core types as the Friendli Container sends them: sequence numbers from 0, no
     annotations on parts, no logprobs on deltas."""
@@ -467,29 +489,13 @@ def test_friendli_reasoning_text_stream():
         {"type": "response.in_progress", "response": response},
         {"type": "response.output_item.added", "output_index": 0,
          "item": {"type": "reasoning", "id": "rs_1", "summary": []}},
-        {"type": "response.content_part.added", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "part": {"type": "reasoning_text", "text": ""}},
-        {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "delta": "Think"},
-        {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "delta": "."},
-        {"type": "response.reasoning_text.done", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "text": "Think."},
-        {"type": "response.content_part.done", "item_id": "rs_1", "output_index": 0, "content_index": 0,
-         "part": {"type": "reasoning_text", "text": "Think."}},
+        *part_events("rs_1", 0, "reasoning_text", ["Think", "."]),
         {"type": "response.output_item.done", "output_index": 0,
          "item": {"type": "reasoning", "id": "rs_1", "summary": [],
                   "content": [{"type": "reasoning_text", "text": "Think."}]}},
         {"type": "response.output_item.added", "output_index": 1,
          "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}},
-        {"type": "response.content_part.added", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "part": {"type": "output_text", "text": ""}},
-        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "delta": "Hi"},
-        {"type": "response.output_text.done", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "text": "Hi"},
-        {"type": "response.content_part.done", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "part": {"type": "output_text", "text": "Hi"}},
+        *part_events("msg_1", 1, "output_text", ["Hi"]),
         {"type": "response.output_item.done", "output_index": 1, "item": done["output"][1]},
         {"type": "response.completed", "response": done},
     ]
@@ -760,11 +766,7 @@ def test_chat_completion_object():
 
 
 def decode_realtime(*events: dict) -> list[Any]:
-    payloads = [json.dumps(e).encode() for e in events]
-    decoded = decode_all(payloads, realtime.Event)
-    for event in decoded:
-        assert msgspec.json.decode(msgspec.json.encode(event), type=realtime.Event) == event
-    return decoded
+    return decode_synthetic(realtime.Event, events)
 
 
 def response_done(**response: Any) -> dict:

@@ -21,43 +21,12 @@ from .decoding import (
     iter_events,
     iter_realtime,
 )
-from .accumulate import (
-    AnthropicAccumulator,
-    ChatAccumulator,
-    CompletionsAccumulator,
-    EventStream,
-    GeminiAccumulator,
-    RealtimeAccumulator,
-    ResponseAccumulator,
-    astream_anthropic,
-    astream_chat,
-    astream_responses,
-    stream_anthropic,
-    stream_chat,
-    stream_completions,
-    stream_gemini,
-    stream_responses,
-)
-from . import anthropic, chat, completions, gemini, realtime, responses
+from .accumulate import *  # noqa: F403 (the names of its __all__, which joins ours below)
+from . import accumulate, anthropic, chat, completions, gemini, realtime, responses
 
 __all__ = [
     "BACKEND",
-    "AnthropicAccumulator",
     "anthropic",
-    "ChatAccumulator",
-    "CompletionsAccumulator",
-    "EventStream",
-    "GeminiAccumulator",
-    "RealtimeAccumulator",
-    "ResponseAccumulator",
-    "astream_anthropic",
-    "astream_chat",
-    "astream_responses",
-    "stream_anthropic",
-    "stream_chat",
-    "stream_completions",
-    "stream_gemini",
-    "stream_responses",
     "DEFAULT_MAX_EVENT_SIZE",
     "DecodeError",
     "EventDecoder",
@@ -83,3 +52,4 @@ __all__ = [
     "aiter_sse",
     "iter_sse",
 ]
+__all__ += accumulate.__all__

@@ -51,6 +51,7 @@ __all__ = [
     "UnknownVariant",
     "UnknownEvent",
     "RateLimit",
+    "TopLogprob",
     "UNKNOWN_TAG",
     "decode_lenient",
 ]
@@ -144,6 +145,15 @@ class RateLimit(Model):
     limit: int | None = None
     remaining: int | None = None
     reset_seconds: float | None = None
+
+
+class TopLogprob(Model):
+    """A token and its log probability (``bytes``: its UTF-8 bytes): one alternative token (Chat
+    Completions, Responses) or one transcribed token (Realtime's ``LogProb``)."""
+
+    token: str | None = None
+    logprob: float | None = None
+    bytes: list[int] | None = None
 
 
 # msgspec's message for an unknown tag, e.g. "Invalid value 'x' - at `$.output[0].type`". (A bad

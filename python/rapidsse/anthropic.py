@@ -156,40 +156,33 @@ class WebSearchToolResultBlock(Tagged, tag="web_search_tool_result"):
     caller: Any = None
 
 
-class WebFetchToolResultBlock(Tagged, tag="web_fetch_tool_result"):
-    """The result of a server web fetch (``content``: the fetched document or an error)."""
+class _ToolResultBlock(Tagged):
+    """The result of a server tool's call ``tool_use_id``: ``content``, kept as plain JSON."""
 
     tool_use_id: str = ""
     content: Any = None
+
+
+class WebFetchToolResultBlock(_ToolResultBlock, tag="web_fetch_tool_result"):
+    """The result of a server web fetch (``content``: the fetched document or an error)."""
+
     caller: Any = None
 
 
-class CodeExecutionToolResultBlock(Tagged, tag="code_execution_tool_result"):
+class CodeExecutionToolResultBlock(_ToolResultBlock, tag="code_execution_tool_result"):
     """The result of server code execution (stdout, stderr, return code, files, or an error)."""
 
-    tool_use_id: str = ""
-    content: Any = None
 
-
-class BashCodeExecutionToolResultBlock(Tagged, tag="bash_code_execution_tool_result"):
+class BashCodeExecutionToolResultBlock(_ToolResultBlock, tag="bash_code_execution_tool_result"):
     """The result of a bash command run by the code execution tool."""
 
-    tool_use_id: str = ""
-    content: Any = None
 
-
-class TextEditorCodeExecutionToolResultBlock(Tagged, tag="text_editor_code_execution_tool_result"):
+class TextEditorCodeExecutionToolResultBlock(_ToolResultBlock, tag="text_editor_code_execution_tool_result"):
     """The result of a file operation of the code execution tool's text editor."""
 
-    tool_use_id: str = ""
-    content: Any = None
 
-
-class ToolSearchToolResultBlock(Tagged, tag="tool_search_tool_result"):
+class ToolSearchToolResultBlock(_ToolResultBlock, tag="tool_search_tool_result"):
     """The tools found by the tool search tool (or an error)."""
-
-    tool_use_id: str = ""
-    content: Any = None
 
 
 class McpToolUseBlock(Tagged, tag="mcp_tool_use"):

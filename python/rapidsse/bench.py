@@ -527,7 +527,7 @@ def _sdk_completions_joined(chunks: list[bytes]) -> int:
 
 
 def _tap_into(cls_name: str, result: str, chunks: list[bytes]) -> int:
-    """The tap of a Gemini / Completions accumulator: raw bytes in, then the final object."""
+    """The tap of an accumulator (``cls_name``): raw bytes in, then the final object (``result``)."""
     from . import accumulate
 
     acc = getattr(accumulate, cls_name)()
@@ -557,14 +557,7 @@ def _typed_added(protocol: Protocol, cls_name: str, result: str, chunks: list[by
 
 def _tap(chunks: list[bytes]) -> int:
     """The tap: raw bytes into a ResponseAccumulator, then the final Response."""
-    from .accumulate import ResponseAccumulator
-
-    acc = ResponseAccumulator()
-    feed = acc.feed
-    for chunk in chunks:
-        feed(chunk)
-    assert acc.response is not None
-    return acc.events
+    return _tap_into("ResponseAccumulator", "response", chunks)
 
 
 def _typed_iterated(chunks: list[bytes]) -> int:
@@ -578,14 +571,7 @@ def _typed_iterated(chunks: list[bytes]) -> int:
 
 def _typed_add(chunks: list[bytes]) -> int:
     """The same iteration, each event added to a ResponseAccumulator, then the Response."""
-    from .accumulate import ResponseAccumulator
-
-    acc = ResponseAccumulator()
-    add = acc.add
-    for event in decoding.iter_events(chunks):
-        add(event)
-    assert acc.response is not None
-    return acc.events
+    return _typed_added("responses", "ResponseAccumulator", "response", chunks)
 
 
 def _stream_responses(chunks: list[bytes]) -> int:
@@ -851,8 +837,7 @@ def contenders(group: str) -> list[Contender]:
 
 
 def _tap_python(chunks: list[bytes]) -> int:
-    with using("python"):
-        return _tap(chunks)
+    return _tap_into_python("ResponseAccumulator", "response", chunks)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -986,19 +971,11 @@ def _anthropic_sdk_final(chunks: list[bytes]) -> int:
 
 def _anthropic_tap(chunks: list[bytes]) -> int:
     """The tap: raw bytes into an AnthropicAccumulator, then the final Message."""
-    from .accumulate import AnthropicAccumulator
-
-    acc = AnthropicAccumulator()
-    feed = acc.feed
-    for chunk in chunks:
-        feed(chunk)
-    assert acc.message is not None
-    return acc.events
+    return _tap_into("AnthropicAccumulator", "message", chunks)
 
 
 def _anthropic_tap_python(chunks: list[bytes]) -> int:
-    with using("python"):
-        return _anthropic_tap(chunks)
+    return _tap_into_python("AnthropicAccumulator", "message", chunks)
 
 
 def _anthropic_contenders() -> list[Contender]:

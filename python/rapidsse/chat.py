@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._schema import Model
+from ._schema import Model, TopLogprob
 
 # ---------------------------------------------------------------------------------------------------
 # Shared parts
@@ -31,14 +31,6 @@ class ContentPart(Model):
     text: str | None = None
     thinking: list[ContentPart] | str | None = None
     image_url: Any = None
-
-
-class TopLogprob(Model):
-    """One alternative token and its log probability."""
-
-    token: str | None = None
-    logprob: float | None = None
-    bytes: list[int] | None = None
 
 
 class TokenLogprob(Model):

@@ -2,8 +2,9 @@
 
 Subcommands:
 
-- ``demo``: replays real recorded Responses API streams (bundled in ``rapidsse/data``) through the
-  parser, showing the text as it streams, the final responses and the parser's speed on those bytes;
+- ``demo``: replays real recorded Responses API streams and an Anthropic Messages stream (bundled in
+  ``rapidsse/data``) through the parser, showing the text as it streams, the final responses and the
+  parser's speed on those bytes;
 - ``parse``: parses a recorded stream (SSE, or JSON lines for Realtime) and prints the final
   accumulated object, or every typed event as a JSON line;
 - ``bench``: runs the benchmark harness of :mod:`rapidsse.bench`;
@@ -118,8 +119,19 @@ def _field(label: str, value: str, indent: int = 2) -> str:
     return f"{pad}{label}: " + value.replace("\n", "\n" + pad + "  ")
 
 
-def _tokens(*parts: tuple[str, int | None]) -> str:
-    return " · ".join(f"{value:,} {name}" for name, value in parts if value is not None)
+def _usage(*parts: tuple[str, int | None]) -> str:
+    """The usage line: each count given (name, value) that is not None."""
+    return _field("usage", " · ".join(f"{value:,} {name}" for name, value in parts if value is not None))
+
+
+def _detail(details: Any, name: str) -> int | None:
+    """A count of an optional details object (``usage.input_tokens_details``, ...)."""
+    return None if details is None else getattr(details, name)
+
+
+def _tool_call(style: Style, name: Any, arguments: Any, call_id: Any, indent: int = 2) -> str:
+    """A tool call's line: ``name(arguments)``, and its id dimmed after it."""
+    return _field("tool call", style.cyan(f"{name}({arguments})") + style.dim(f"  {call_id}"), indent)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -141,12 +153,11 @@ def describe_response(response: responses.Response, style: Style) -> list[str]:
         lines.append(_field("incomplete", response.incomplete_details.reason))
     usage = response.usage
     if usage is not None:
-        cached = usage.input_tokens_details.cached_tokens if usage.input_tokens_details else None
-        reasoning = usage.output_tokens_details.reasoning_tokens if usage.output_tokens_details else None
-        lines.append(_field("usage", _tokens(
-            ("input", usage.input_tokens), ("cached", cached), ("output", usage.output_tokens),
-            ("reasoning", reasoning), ("total", usage.total_tokens),
-        )))  # fmt: skip
+        lines.append(_usage(
+            ("input", usage.input_tokens), ("cached", _detail(usage.input_tokens_details, "cached_tokens")),
+            ("output", usage.output_tokens), ("reasoning", _detail(usage.output_tokens_details, "reasoning_tokens")),
+            ("total", usage.total_tokens),
+        ))  # fmt: skip
     return lines
 
 
@@ -168,9 +179,9 @@ def _describe_output_item(item: Any, style: Style) -> list[str]:
             return [style.dim(_field("reasoning", text))]
         return [style.dim(_field("reasoning", "(encrypted)" if item.encrypted_content else "(empty)"))]
     if isinstance(item, responses.FunctionCall):
-        return [_field("tool call", style.cyan(f"{item.name}({item.arguments})") + style.dim(f"  {item.call_id}"))]
+        return [_tool_call(style, item.name, item.arguments, item.call_id)]
     if isinstance(item, responses.CustomToolCall):
-        return [_field("tool call", style.cyan(f"{item.name}({item.input})") + style.dim(f"  {item.call_id}"))]
+        return [_tool_call(style, item.name, item.input, item.call_id)]
     if isinstance(item, responses.McpCall):
         return [_field("mcp call", style.cyan(f"{item.server_label}.{item.name}({item.arguments})"))]
     if isinstance(item, responses.WebSearchCall):
@@ -203,15 +214,14 @@ def describe_completion(completion: chat.ChatCompletion, style: Style) -> list[s
             lines.append(_field("refusal", message.refusal, 4))
         for call in message.tool_calls or []:
             function = call.function or chat.FunctionCall()
-            lines.append(_field("tool call", style.cyan(f"{function.name}({function.arguments})") + style.dim(f"  {call.id}"), 4))
+            lines.append(_tool_call(style, function.name, function.arguments, call.id, 4))
     usage = completion.usage
     if usage is not None:
-        cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else None
-        reasoning = usage.completion_tokens_details.reasoning_tokens if usage.completion_tokens_details else None
-        lines.append(_field("usage", _tokens(
-            ("prompt", usage.prompt_tokens), ("cached", cached), ("completion", usage.completion_tokens),
-            ("reasoning", reasoning), ("total", usage.total_tokens),
-        )))  # fmt: skip
+        lines.append(_usage(
+            ("prompt", usage.prompt_tokens), ("cached", _detail(usage.prompt_tokens_details, "cached_tokens")),
+            ("completion", usage.completion_tokens),
+            ("reasoning", _detail(usage.completion_tokens_details, "reasoning_tokens")), ("total", usage.total_tokens),
+        ))  # fmt: skip
     return lines
 
 
@@ -239,11 +249,11 @@ def describe_gemini(response: gemini.GenerateContentResponse, style: Style) -> l
         lines.append(_field("blocked", response.prompt_feedback.block_reason))
     usage = response.usage_metadata
     if usage is not None:
-        lines.append(_field("usage", _tokens(
+        lines.append(_usage(
             ("prompt", usage.prompt_token_count), ("cached", usage.cached_content_token_count),
             ("candidates", usage.candidates_token_count), ("thoughts", usage.thoughts_token_count),
             ("tool prompt", usage.tool_use_prompt_token_count), ("total", usage.total_token_count),
-        )))  # fmt: skip
+        ))  # fmt: skip
     return lines
 
 
@@ -259,10 +269,14 @@ def describe_text_completion(completion: completions.Completion, style: Style) -
             lines.append(style.dim(_field("logprobs", f"{len(choice.logprobs.tokens):,} tokens", 4)))
     usage = completion.usage
     if usage is not None:
-        lines.append(_field("usage", _tokens(
+        lines.append(_usage(
             ("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens), ("total", usage.total_tokens),
-        )))  # fmt: skip
+        ))  # fmt: skip
     return lines
+
+
+_ANTHROPIC_CALLS = (anthropic.ToolUseBlock, anthropic.ServerToolUseBlock, anthropic.McpToolUseBlock)
+"""The Anthropic blocks that are tool calls (with a ``name`` and a streamed ``input``)."""
 
 
 def describe_message(message: anthropic.Message, style: Style) -> list[str]:
@@ -279,17 +293,16 @@ def describe_message(message: anthropic.Message, style: Style) -> list[str]:
             lines.append(_field("text", block.text))
             if block.citations:
                 lines.append(style.dim(_field("citations", str(len(block.citations)), 4)))
-        elif isinstance(block, (anthropic.ToolUseBlock, anthropic.ServerToolUseBlock, anthropic.McpToolUseBlock)):
-            call = f"{block.name}({json.dumps(block.input, ensure_ascii=False)})"
-            lines.append(_field("tool call", style.cyan(call) + style.dim(f"  {block.id}")))
+        elif isinstance(block, _ANTHROPIC_CALLS):
+            lines.append(_tool_call(style, block.name, json.dumps(block.input, ensure_ascii=False), block.id))
         else:
             lines.append(style.dim(_field("block", block.type)))
     usage = message.usage
     if usage is not None:
-        lines.append(_field("usage", _tokens(
+        lines.append(_usage(
             ("input", usage.input_tokens), ("cache read", usage.cache_read_input_tokens),
             ("cache write", usage.cache_creation_input_tokens), ("output", usage.output_tokens),
-        )))  # fmt: skip
+        ))  # fmt: skip
     return lines
 
 
@@ -305,16 +318,16 @@ def describe_realtime(response: realtime.Response, style: Style) -> list[str]:
                 if part.transcript:
                     lines.append(_field("transcript", part.transcript))
         elif isinstance(item, realtime.FunctionCall):
-            lines.append(_field("tool call", style.cyan(f"{item.name}({item.arguments})") + style.dim(f"  {item.call_id}")))
+            lines.append(_tool_call(style, item.name, item.arguments, item.call_id))
         elif isinstance(item, realtime.McpCall):
             lines.append(_field("mcp call", style.cyan(f"{item.server_label}.{item.name}({item.arguments})")))
         else:
             lines.append(_field(item.type, getattr(item, "status", None) or ""))
     usage = response.usage
     if usage is not None:
-        lines.append(_field("usage", _tokens(
+        lines.append(_usage(
             ("input", usage.input_tokens), ("output", usage.output_tokens), ("total", usage.total_tokens),
-        )))  # fmt: skip
+        ))  # fmt: skip
     return lines
 
 
@@ -324,10 +337,12 @@ def describe_realtime(response: realtime.Response, style: Style) -> list[str]:
 
 @dataclass(frozen=True)
 class DemoRecording:
-    """A bundled recording: its file in ``rapidsse/data`` and a one-line title."""
+    """A bundled recording: its file in ``rapidsse/data``, a one-line title, and its protocol
+    (``"responses"`` or ``"anthropic"``)."""
 
     file: str
     title: str
+    protocol: str = "responses"
 
     def read(self) -> bytes:
         """The recorded bytes (read through importlib.resources, so it works from a wheel)."""
@@ -338,6 +353,7 @@ DEMO = (
     DemoRecording("deepseek-tool-call.sse", "DeepSeek, turn 1: it reasons, then calls a tool"),
     DemoRecording("deepseek-tool-result.sse", "DeepSeek, turn 2: it answers with the tool's result"),
     DemoRecording("openai-web-search.sse", "OpenAI: it searches the web, then answers"),
+    DemoRecording("anthropic-tool-use.sse", "Anthropic Messages: Claude answers, then calls a tool", "anthropic"),
 )
 """What ``rapidsse demo`` replays, in order (see ``rapidsse/data/README.md`` for their origin)."""
 
@@ -414,6 +430,31 @@ class _LiveView:
                 self.end()
             elif isinstance(item, responses.OutputMessage):
                 self.end()
+        elif isinstance(event, anthropic.ContentBlockDelta):
+            delta = event.delta
+            if isinstance(delta, anthropic.ThinkingDelta):
+                self.start("reasoning", style.dim("thinking: "))
+                self.write(delta.thinking)
+            elif isinstance(delta, anthropic.TextDelta):
+                self.start("text", "")
+                self.write(delta.text)
+            elif isinstance(delta, anthropic.InputJsonDelta):
+                self.start("call", style.cyan("→ ("))
+                self.write(style.cyan(delta.partial_json))
+        elif isinstance(event, anthropic.ContentBlockStart) and isinstance(event.content_block, _ANTHROPIC_CALLS):
+            self.start("call", style.cyan(f"→ {event.content_block.name}("))
+        elif isinstance(event, anthropic.ContentBlockStop):
+            if self.kind == "call":
+                self.write(style.cyan(")"), paced=False)
+            self.end()
+
+
+_DEMO_PROTOCOLS: dict[str, tuple[Callable[[Iterable[bytes]], Any], str, Callable[[Any, Style], list[str]]]] = {
+    "responses": (stream_responses, "response", describe_response),
+    "anthropic": (stream_anthropic, "message", describe_message),
+}
+"""The demo's protocols: how a stream is iterated and accumulated at once, the name of its final
+object (an attribute of the stream), and how that object is described."""
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -421,24 +462,25 @@ def _demo(args: argparse.Namespace) -> int:
     out = sys.stdout
     style = Style(out)
     streams = [(recording, recording.read()) for recording in DEMO]
-    chunked = [_chunked(data, DEMO_CHUNK_SIZE) for _, data in streams]
+    chunked = [(recording.protocol, _chunked(data, DEMO_CHUNK_SIZE)) for recording, data in streams]
     delay = 0.0
     if not args.no_stream:
-        deltas = sum(_count_deltas(chunks) for chunks in chunked)
+        deltas = sum(_count_deltas(protocol, chunks) for protocol, chunks in chunked)
         delay = min(DEMO_DELAY, DEMO_BUDGET / max(deltas, 1)) / args.speed
 
-    print(style.bold("rapidsse demo") + f": real recorded Responses API streams through the parser, backend {BACKEND}")
-    print(style.dim("(recorded by the test suite of pydantic-ai, MIT licence: see rapidsse/data/README.md)"))
-    for (recording, data), chunks in zip(streams, chunked):
+    print(style.bold("rapidsse demo") + f": real recorded Responses API and Anthropic Messages streams through the parser, backend {BACKEND}")
+    print(style.dim("(recorded by the test suites of pydantic-ai and anthropic-sdk-python, MIT licence: see rapidsse/data/README.md)"))
+    for (recording, data), (_, chunks) in zip(streams, chunked):
         print()
         print(style.bold(f"▸ {recording.title}") + style.dim(f"  ({recording.file}, {len(data):,} bytes)"))
         view = _LiveView(out, style, delay)
-        stream = stream_responses(chunks)
+        start, final, describe = _DEMO_PROTOCOLS[recording.protocol]
+        stream = start(chunks)
         for event in stream:
             view.show(event)
         view.end()
-        print(style.dim("  final response, as accumulated:"))
-        for line in describe_response(stream.response, style):
+        print(style.dim(f"  final {final}, as accumulated:"))
+        for line in describe(getattr(stream, final), style):
             print("  " + line)
         for warning in stream.warnings:
             print(f"rapidsse demo: warning: {warning}", file=sys.stderr)
@@ -463,32 +505,38 @@ def _chunked(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)]
 
 
-def _count_deltas(chunks: list[bytes]) -> int:
-    delta_types = (
-        responses.OutputTextDelta,
-        responses.ReasoningTextDelta,
-        responses.ReasoningSummaryTextDelta,
-        responses.FunctionCallArgumentsDelta,
-    )
-    return sum(isinstance(event, delta_types) for event in iter_events(chunks))
+_DELTA_TYPES = (
+    responses.OutputTextDelta,
+    responses.ReasoningTextDelta,
+    responses.ReasoningSummaryTextDelta,
+    responses.FunctionCallArgumentsDelta,
+    anthropic.ContentBlockDelta,
+)
+"""The events the live view paces (one pause before each)."""
 
 
-def _parse_only(streams: list[list[bytes]]) -> int:
-    """Decodes the streams into typed events; returns how many."""
+def _count_deltas(protocol: str, chunks: list[bytes]) -> int:
+    return sum(isinstance(event, _DELTA_TYPES) for event in iter_events(chunks, protocol))  # type: ignore[arg-type]
+
+
+def _parse_only(streams: list[tuple[str, list[bytes]]]) -> int:
+    """Decodes the (protocol, chunks) streams into typed events; returns how many."""
     n = 0
-    for chunks in streams:
-        for _ in iter_events(chunks):
+    for protocol, chunks in streams:
+        for _ in iter_events(chunks, protocol):  # type: ignore[arg-type]
             n += 1
     return n
 
 
-def _parse_and_accumulate(streams: list[list[bytes]]) -> None:
-    """Decodes the streams into typed events and builds each final response, as the demo does."""
-    for chunks in streams:
-        stream = stream_responses(chunks)
+def _parse_and_accumulate(streams: list[tuple[str, list[bytes]]]) -> None:
+    """Decodes the (protocol, chunks) streams into typed events and builds each final object, as
+    the demo does."""
+    for protocol, chunks in streams:
+        start, final, _ = _DEMO_PROTOCOLS[protocol]
+        stream = start(chunks)
         for _ in stream:
             pass
-        stream.response  # building the final object is part of the work timed
+        getattr(stream, final)  # building the final object is part of the work timed
 
 
 def _median_seconds(run: Callable[[], Any], min_time: float = 0.2, min_rounds: int = 10) -> tuple[float, int]:

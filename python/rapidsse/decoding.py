@@ -401,6 +401,20 @@ async def aiter_events(
 _ANTHROPIC_ONLY = frozenset(anthropic.EVENT_TYPES) - {"ping", "error"}
 
 
+def sse_objects(head: bytes) -> Iterator[tuple[Any, dict[str, Any] | None]]:
+    """The whole SSE events in the bytes ``head`` (framed by the live backend, no size cap), each
+    with its data decoded as a JSON object: ``(event, obj)``, ``obj`` None where the data is not
+    a JSON object. What protocol detection reads a recording's head with."""
+    from .framing import SSEDecoder  # the live backend's
+
+    for event in SSEDecoder(None).feed(head):
+        try:
+            obj = msgspec.json.decode(event.data)
+        except (msgspec.DecodeError, RecursionError):
+            obj = None
+        yield event, obj if isinstance(obj, dict) else None
+
+
 def detect_protocol(head: bytes) -> str | None:
     """The protocol of a recorded stream from its first bytes: ``"realtime"`` for JSON lines;
     for SSE ``"anthropic"`` when an event is named (or typed) ``message_start``, ``content_block_*``,
@@ -412,20 +426,14 @@ def detect_protocol(head: bytes) -> str | None:
     (yet)."""
     if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
         return "realtime"
-    from .framing import SSEDecoder  # the live backend's
-
-    for event in SSEDecoder(None).feed(head):
+    for event, obj in sse_objects(head):
         if event.event in _ANTHROPIC_ONLY:
             return "anthropic"
         if event.event.startswith("response."):
             return "responses"
         if event.data == "[DONE]":
             return "chat"
-        try:
-            obj = msgspec.json.decode(event.data)
-        except (msgspec.DecodeError, RecursionError):
-            continue
-        if not isinstance(obj, dict):
+        if obj is None:
             continue
         if _is_completions_chunk(obj):
             return "completions"

@@ -13,13 +13,20 @@ avatar service's events (``response.render.started/stopped``, ``input_audio.spee
 ``conversation.item.input_audio_transcription.updated``). Vendors omit fields freely (xAI omits ``output_index``; key items by ``item_id``), so
 nearly every field is optional. Conversation items of unknown types decode through
 :func:`rapidsse._schema.decode_lenient` into :class:`UnknownItem`.
+
+Where the JSON is the same as the Responses API's, the Struct is the same one: ``McpToolInfo``,
+``McpApprovalRequest`` and ``McpApprovalResponse`` are those of :mod:`rapidsse.responses`, and
+``LogProb`` is ``TopLogprob``. The others only look alike: Realtime's ``McpCall`` has no ``status``
+and its ``error`` is an ``McpError`` (a number ``code``), its ``McpListTools`` no ``error``, and
+every event carries ``event_id`` where Responses events carry ``sequence_number``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Union, get_args
 
-from ._schema import Model, RateLimit, Tagged, UnknownVariant
+from ._schema import Model, RateLimit, Tagged, TopLogprob, UnknownVariant
+from .responses import McpApprovalRequest, McpApprovalResponse, McpToolInfo
 
 # ---------------------------------------------------------------------------------------------------
 # Conversation items
@@ -92,39 +99,12 @@ class McpCall(Tagged, tag="mcp_call"):
     approval_request_id: str | None = None
 
 
-class McpToolInfo(Model):
-    """A tool an MCP server offers."""
-
-    name: str | None = None
-    description: str | None = None
-    input_schema: Any = None
-    annotations: Any = None
-
-
 class McpListTools(Tagged, tag="mcp_list_tools"):
     """The tools an MCP server offers."""
 
     id: str | None = None
     server_label: str | None = None
     tools: list[McpToolInfo] | None = []
-
-
-class McpApprovalRequest(Tagged, tag="mcp_approval_request"):
-    """A request for the user's approval of an MCP tool call."""
-
-    id: str | None = None
-    server_label: str | None = None
-    name: str | None = None
-    arguments: str | None = None
-
-
-class McpApprovalResponse(Tagged, tag="mcp_approval_response"):
-    """The user's answer to an MCP approval request."""
-
-    id: str | None = None
-    approval_request_id: str | None = None
-    approve: bool | None = None
-    reason: str | None = None
 
 
 class UnknownItem(UnknownVariant, tag="__unknown__"):
@@ -274,12 +254,8 @@ class ErrorDetail(Model):
     event_id: str | None = None
 
 
-class LogProb(Model):
-    """A transcribed token and its log probability."""
-
-    token: str | None = None
-    logprob: float | None = None
-    bytes: list[int] | None = None
+LogProb = TopLogprob
+"""A transcribed token and its log probability (the same JSON as the other protocols' ``TopLogprob``)."""
 
 
 class TranscriptionUsage(Model):
@@ -371,11 +347,8 @@ class ConversationItemDone(_Event, tag="conversation.item.done"):
     previous_item_id: str | None = None
 
 
-class ConversationItemCreated(_Event, tag="conversation.item.created"):
+class ConversationItemCreated(ConversationItemAdded, tag="conversation.item.created"):
     """An item was created in the conversation (beta name of ``conversation.item.added``)."""
-
-    item: ConversationItem
-    previous_item_id: str | None = None
 
 
 class ConversationItemRetrieved(_Event, tag="conversation.item.retrieved"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Union, get_args
 
-from ._schema import Model, RateLimit, Tagged, UnknownVariant
+from ._schema import Model, RateLimit, Tagged, TopLogprob, UnknownVariant
 
 # ---------------------------------------------------------------------------------------------------
 # Text annotations and log probabilities
@@ -61,14 +61,6 @@ class UnknownAnnotation(UnknownVariant, tag="__unknown__"):
 
 
 Annotation = Union[FileCitation, UrlCitation, ContainerFileCitation, FilePath, UnknownAnnotation]
-
-
-class TopLogprob(Model):
-    """One alternative token and its log probability."""
-
-    token: str | None = None
-    logprob: float | None = None
-    bytes: list[int] | None = None
 
 
 class Logprob(Model):

@@ -29,6 +29,7 @@ input whatever the number of deltas.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -711,31 +712,7 @@ def _typed_event(top: dict) -> Any:
             elif c == 1 and (type(v) is not int or v < 0):
                 return _DATA
         return top
-    fields: dict = {}
-    for k, v in _entries(top):
-        if type(k) is not str:
-            return _SYNTAX
-        if k in _EV_STR:
-            if k in fields:
-                return _DATA
-            if v is None or type(v) is str:
-                fields[k] = v
-            else:
-                return _invalid(v)
-        elif k in _EV_U64:
-            if k in fields:
-                return _DATA
-            if v is None or (type(v) is int and v >= 0):
-                fields[k] = v
-            else:
-                return _invalid(v)
-        elif k in _EV_RAW:
-            if k in fields:
-                return _DATA
-            if _has_bad_utf8(v):
-                return _SYNTAX
-            fields[k] = v
-    return fields
+    return _typed_fields(top, _EV_STR, _EV_U64, _EV_RAW)
 
 
 _CHUNK_RAW = frozenset(["usage", "system_fingerprint", "moderation", "error"])
@@ -1275,7 +1252,7 @@ def _with_output(base: dict, items: list) -> dict:
 
 
 class _Core:
-    """What the three cores share: framing, counts, the binding's interface."""
+    """What the cores share: framing, counts, the binding's interface."""
 
     __slots__ = ("_framer", "_warnings", "_unknown", "_events", "_busy", "_cap", "_on_rejected", "__weakref__")
 
@@ -1292,6 +1269,12 @@ class _Core:
         self._events = 0
         self._busy = Exclusive()
         self._on_rejected: Any = None
+
+    def _error(self, raw: Any) -> None:
+        """An error the stream carries (``raw``, its error object): warned about, counted unknown."""
+        err = _raw_object(raw)
+        self._warnings.append(_error_warning(err.get("message") if err is not None else None))
+        self._unknown += 1
 
     def set_on_rejected(self, handler: Any) -> None:
         """A callable that ``feed`` hands the rejected payloads to (then ``feed`` returns None)."""
@@ -1870,60 +1853,130 @@ def _merge_list(acc: list, delta: list, warnings: list, cap: _TextCap) -> None:
             acc.append(entry)
 
 
-class ChatCore(_Core):
-    """Chat Completions accumulator core (pure Python)."""
+class _ChunkCore(_Core):
+    """What the cores of whole-object streams share (Chat Completions, Completions, Gemini): each
+    event is a chunk object; the first one gives the top level, later ones update some of its keys,
+    and their entries (``choices``, ``candidates``) merge by ``index`` into ``_entries``."""
 
-    __slots__ = ("_completion", "_choices")
+    __slots__ = ("_top", "_entries")
+
+    _LABEL = ""
+    """The protocol's name in warnings."""
+    _OUTPUT = ""
+    """The top-level key of the merged entries."""
+    _OBJECT: str | None = None
+    """The chunks' ``object`` (chunks of another are counted unknown); None: no such check."""
+    _TOP_OBJECT: str | None = None
+    """The ``object`` of the accumulated top level; None: the first chunk's own."""
+    _DONE_MARKER = True
+    """Whether a ``[DONE]`` payload ends the stream (skipped)."""
+    _DEFAULTS: tuple = ()
+    """(key, value) pairs the first chunk's top level gets when it lacks them."""
+    _DROPPED: tuple = ()
+    """Keys of the first chunk kept out of the top level."""
+    _UPDATED: tuple = ()
+    """The keys later chunks update (when present, even as null)."""
 
     def __init__(self, max_event_size: int | None = 16 * 1024 * 1024) -> None:
         super().__init__(max_event_size)
-        self._completion: dict | None = None
-        self._choices: list[dict] = []
+        self._top: dict | None = None
+        self._entries: list[dict] = []
+
+    @staticmethod
+    def _typed(top: dict) -> Any:
+        """The typed parse of a chunk (the serde struct of the Rust core)."""
+        raise NotImplementedError
 
     def _add(self, payload: bytes) -> None:
-        if _is_done_marker(payload):
+        if self._DONE_MARKER and _is_done_marker(payload):
             return
         try:
-            tree, chunk = _parse_event(payload, self._events, _typed_chunk)
+            tree, chunk = _parse_event(payload, self._events, self._typed)
         except _Malformed:
             self._events += 1
             self._unknown += 1
-            self._warnings.append("chat: malformed chunk ignored")
+            self._warnings.append(f"{self._LABEL}: malformed chunk ignored")
             return
         self._events += 1
         error = chunk.get("error")
         if error is not None:
-            err = _raw_object(error)
-            self._warnings.append(_error_warning(err.get("message") if err is not None else None))
-            self._unknown += 1
+            self._error(error)
             return
         obj = chunk.get("object")
-        if obj is not None and obj != "chat.completion.chunk":
+        if self._OBJECT is not None and obj is not None and obj != self._OBJECT:
             self._unknown += 1
             return
-        completion = self._completion
-        if completion is None:
-            self._completion = self._first_top_level(tree)
+        if self._top is None:
+            self._top = self._first_top_level(tree)
         else:
-            known = [(key, chunk.get(key)) for key in ("usage", "system_fingerprint", "moderation")]
-            for key, raw in known + chunk["vendor"]:
-                value = _raw_value(raw)
-                if value is not _ABSENT and value is not None:
-                    completion[key] = value
-        for entries in chunk.get("choices") or ():
-            self._add_choice(entries)
+            self._update(self._top, chunk)
+        self._add_entries(chunk)
 
-    @staticmethod
-    def _first_top_level(tree: dict) -> dict:
+    def _first_top_level(self, tree: dict) -> dict:
         whole = _strict(tree)
         top = {} if whole is _FAIL else dict(whole)
-        top.pop("obfuscation", None)
-        top["choices"] = None
-        top["object"] = "chat.completion"
-        for key, default in (("id", ""), ("created", 0), ("model", ""), ("system_fingerprint", None)):
-            if key not in top:
-                top[key] = default
+        for key in self._DROPPED:
+            top.pop(key, None)
+        top[self._OUTPUT] = None
+        if self._TOP_OBJECT is not None:
+            top["object"] = self._TOP_OBJECT
+        for key, default in self._DEFAULTS:
+            top.setdefault(key, default)
         return top
+
+    def _update(self, top: dict, chunk: dict) -> None:
+        for key in self._UPDATED:
+            value = _raw_value(chunk.get(key))
+            if value is not _ABSENT:
+                top[key] = value
+
+    def _add_entries(self, chunk: dict) -> None:
+        entries = _raw_value(chunk.get(self._OUTPUT))
+        if isinstance(entries, list):
+            for entry in entries:
+                if isinstance(entry, dict):
+                    self._add_entry(dict(entry))
+
+    def _add_entry(self, fields: dict) -> None:
+        raise NotImplementedError
+
+    def _entry(self, index: int, fresh: Callable[[], dict]) -> dict:
+        """The merged entry of ``index``; a new one (``fresh()``, appended) when there is none."""
+        position = _find_indexed(self._entries, index)
+        if position is not None:
+            return self._entries[position]
+        entry = fresh()
+        self._entries.append(entry)
+        return entry
+
+    def snapshot_json(self) -> bytes | None:
+        if self._top is None:
+            return None
+        return _dumps(_with_output_key(self._top, self._OUTPUT, self._entries))
+
+
+class ChatCore(_ChunkCore):
+    """Chat Completions accumulator core (pure Python)."""
+
+    __slots__ = ()
+    _LABEL = "chat"
+    _OUTPUT = "choices"
+    _OBJECT = "chat.completion.chunk"
+    _TOP_OBJECT = "chat.completion"
+    _DEFAULTS = (("id", ""), ("created", 0), ("model", ""), ("system_fingerprint", None))
+    _DROPPED = ("obfuscation",)
+    _typed = staticmethod(_typed_chunk)
+
+    def _update(self, top: dict, chunk: dict) -> None:
+        known = [(key, chunk.get(key)) for key in ("usage", "system_fingerprint", "moderation")]
+        for key, raw in known + chunk["vendor"]:
+            value = _raw_value(raw)
+            if value is not _ABSENT and value is not None:
+                top[key] = value
+
+    def _add_entries(self, chunk: dict) -> None:
+        for entries in chunk.get("choices") or ():
+            self._add_choice(entries)
 
     def _add_choice(self, entries: list) -> None:
         index = 0
@@ -1941,15 +1994,8 @@ class ChatCore(_Core):
             elif key == "logprobs":
                 v = _strict(raw)
                 logprobs = None if v is _FAIL else v
-        choices = self._choices
-        position = None
-        if index < len(choices) and _index_is(choices[index], index):
-            position = index
-        else:
-            for p, c in enumerate(choices):
-                if _index_is(c, index):
-                    position = p
-                    break
+        choices = self._entries
+        position = _find_indexed(choices, index)
         if position is None:
             choice: dict = {"index": index, "finish_reason": None, "logprobs": None}
             for key, raw in entries:
@@ -1988,11 +2034,6 @@ class ChatCore(_Core):
                     "refusal": logprobs.pop("refusal", None),
                 }
 
-    def snapshot_json(self) -> bytes | None:
-        if self._completion is None:
-            return None
-        return _dumps(_with_output_key(self._completion, "choices", self._choices))
-
 
 def _with_output_key(base: dict, key: str, value: Any) -> dict:
     return {k: (value if k == key else v) for k, v in base.items()}
@@ -2002,31 +2043,40 @@ def _with_output_key(base: dict, key: str, value: Any) -> dict:
 # Gemini and Completions (rust/src/accumulate/gemini.rs, completions.rs)
 
 
+def _typed_fields(top: Any, strs: frozenset, u64s: frozenset, raws: frozenset) -> Any:
+    """A serde derive of an object with string, u64 and raw fields, read member by member (the
+    object as its pairs, duplicates kept): its read fields, or _DATA / _SYNTAX."""
+    fields: dict = {}
+    for k, v in _entries(top):
+        if type(k) is not str:
+            return _SYNTAX
+        if k in strs:
+            if k in fields:
+                return _DATA
+            if v is None or type(v) is str:
+                fields[k] = v
+            else:
+                return _invalid(v)
+        elif k in u64s:
+            if k in fields:
+                return _DATA
+            if v is None or (type(v) is int and 0 <= v <= _U64_MAX):
+                fields[k] = v
+            else:
+                return _invalid(v)
+        elif k in raws:
+            if k in fields:
+                return _DATA
+            if _has_bad_utf8(v):
+                return _SYNTAX
+            fields[k] = v
+    return fields
+
+
 def _typed_reader(strs: frozenset, raws: frozenset) -> Callable[[dict], Any]:
     """The typed parse of a chunk whose read fields are the strings ``strs`` and the raw
     fragments ``raws`` (the serde struct of each core): its read fields, or _DATA / _SYNTAX."""
-
-    def typed(top: dict) -> Any:
-        fields: dict = {}
-        for k, v in _entries(top):
-            if type(k) is not str:
-                return _SYNTAX
-            if k in strs:
-                if k in fields:
-                    return _DATA
-                if v is None or type(v) is str:
-                    fields[k] = v
-                else:
-                    return _invalid(v)
-            elif k in raws:
-                if k in fields:
-                    return _DATA
-                if _has_bad_utf8(v):
-                    return _SYNTAX
-                fields[k] = v
-        return fields
-
-    return typed
+    return functools.partial(_typed_fields, strs=strs, u64s=frozenset(), raws=raws)
 
 
 def _index_of(fields: dict) -> int:
@@ -2101,56 +2151,19 @@ def _merge_content(ours: dict, content: dict, cap: _TextCap) -> None:
             ours[key] = value
 
 
-class GeminiCore(_Core):
+class GeminiCore(_ChunkCore):
     """Gemini accumulator core (pure Python)."""
 
-    __slots__ = ("_response", "_candidates")
+    __slots__ = ()
+    _LABEL = "gemini"
+    _OUTPUT = "candidates"
+    _DONE_MARKER = False
+    _UPDATED = _GEMINI_UPDATED
+    _typed = staticmethod(_typed_gemini)
 
-    def __init__(self, max_event_size: int | None = 16 * 1024 * 1024) -> None:
-        super().__init__(max_event_size)
-        self._response: dict | None = None
-        self._candidates: list[dict] = []
-
-    def _add(self, payload: bytes) -> None:
-        try:
-            tree, chunk = _parse_event(payload, self._events, _typed_gemini)
-        except _Malformed:
-            self._events += 1
-            self._unknown += 1
-            self._warnings.append("gemini: malformed chunk ignored")
-            return
-        self._events += 1
-        error = chunk.get("error")
-        if error is not None:
-            err = _raw_object(error)
-            self._warnings.append(_error_warning(err.get("message") if err is not None else None))
-            self._unknown += 1
-            return
-        response = self._response
-        if response is None:
-            whole = _strict(tree)
-            top = {} if whole is _FAIL else dict(whole)
-            top["candidates"] = None
-            self._response = top
-        else:
-            for key in _GEMINI_UPDATED:
-                value = _raw_value(chunk.get(key))
-                if value is not _ABSENT:
-                    response[key] = value
-        candidates = _raw_value(chunk.get("candidates"))
-        if isinstance(candidates, list):
-            for candidate in candidates:
-                if isinstance(candidate, dict):
-                    self._add_candidate(dict(candidate))
-
-    def _add_candidate(self, fields: dict) -> None:
+    def _add_entry(self, fields: dict) -> None:
         index = _index_of(fields)
-        position = _find_indexed(self._candidates, index)
-        if position is None:
-            candidate: dict = {"content": {}, "index": index}
-            self._candidates.append(candidate)
-        else:
-            candidate = self._candidates[position]
+        candidate = self._entry(index, lambda: {"content": {}, "index": index})
         content = fields.pop("content", None)
         for key, value in fields.items():
             if key != "index" and value is not None:
@@ -2158,11 +2171,6 @@ class GeminiCore(_Core):
         ours = candidate.get("content")
         if isinstance(content, dict) and isinstance(ours, dict):
             _merge_content(ours, content, self._cap)
-
-    def snapshot_json(self) -> bytes | None:
-        if self._response is None:
-            return None
-        return _dumps(_with_output_key(self._response, "candidates", self._candidates))
 
 
 _typed_completions = _typed_reader(
@@ -2187,65 +2195,21 @@ def _merge_logprobs(ours: dict, new: dict) -> None:
             ours[key] = value
 
 
-class CompletionsCore(_Core):
+class CompletionsCore(_ChunkCore):
     """Completions accumulator core (pure Python)."""
 
-    __slots__ = ("_completion", "_choices")
+    __slots__ = ()
+    _LABEL = "completions"
+    _OUTPUT = "choices"
+    _OBJECT = "text_completion"
+    _TOP_OBJECT = "text_completion"
+    _DEFAULTS = (("id", ""), ("created", 0), ("model", ""))
+    _UPDATED = ("usage", "system_fingerprint")
+    _typed = staticmethod(_typed_completions)
 
-    def __init__(self, max_event_size: int | None = 16 * 1024 * 1024) -> None:
-        super().__init__(max_event_size)
-        self._completion: dict | None = None
-        self._choices: list[dict] = []
-
-    def _add(self, payload: bytes) -> None:
-        if _is_done_marker(payload):
-            return
-        try:
-            tree, chunk = _parse_event(payload, self._events, _typed_completions)
-        except _Malformed:
-            self._events += 1
-            self._unknown += 1
-            self._warnings.append("completions: malformed chunk ignored")
-            return
-        self._events += 1
-        error = chunk.get("error")
-        if error is not None:
-            err = _raw_object(error)
-            self._warnings.append(_error_warning(err.get("message") if err is not None else None))
-            self._unknown += 1
-            return
-        obj = chunk.get("object")
-        if obj is not None and obj != "text_completion":
-            self._unknown += 1
-            return
-        completion = self._completion
-        if completion is None:
-            whole = _strict(tree)
-            top = {} if whole is _FAIL else dict(whole)
-            top["choices"] = None
-            top["object"] = "text_completion"
-            for key, default in (("id", ""), ("created", 0), ("model", "")):
-                top.setdefault(key, default)
-            self._completion = top
-        else:
-            for key in ("usage", "system_fingerprint"):
-                value = _raw_value(chunk.get(key))
-                if value is not _ABSENT:
-                    completion[key] = value
-        choices = _raw_value(chunk.get("choices"))
-        if isinstance(choices, list):
-            for choice in choices:
-                if isinstance(choice, dict):
-                    self._add_choice(choice)
-
-    def _add_choice(self, fields: dict) -> None:
+    def _add_entry(self, fields: dict) -> None:
         index = _index_of(fields)
-        position = _find_indexed(self._choices, index)
-        if position is None:
-            choice: dict = {"index": index, "text": "", "logprobs": None, "finish_reason": None}
-            self._choices.append(choice)
-        else:
-            choice = self._choices[position]
+        choice = self._entry(index, lambda: {"index": index, "text": "", "logprobs": None, "finish_reason": None})
         for key, value in fields.items():
             if key == "index" or value is None:
                 continue
@@ -2264,11 +2228,6 @@ class CompletionsCore(_Core):
             else:
                 choice[key] = value
 
-    def snapshot_json(self) -> bytes | None:
-        if self._completion is None:
-            return None
-        return _dumps(_with_output_key(self._completion, "choices", self._choices))
-
 
 # --------------------------------------------------------------------------------------------
 # Anthropic Messages (rust/src/accumulate/anthropic.rs)
@@ -2284,36 +2243,6 @@ _A_USED = frozenset(
     ["message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "error"]
 )
 _A_TOOL_INPUT_BLOCKS = frozenset(["tool_use", "server_tool_use", "mcp_tool_use"])
-
-
-def _typed_fields(top: Any, strs: frozenset, u64s: frozenset, raws: frozenset) -> Any:
-    """A serde derive of an object with string, u64 and raw fields: its read fields, or
-    _DATA / _SYNTAX (see ``_typed_event``)."""
-    fields: dict = {}
-    for k, v in _entries(top):
-        if type(k) is not str:
-            return _SYNTAX
-        if k in strs:
-            if k in fields:
-                return _DATA
-            if v is None or type(v) is str:
-                fields[k] = v
-            else:
-                return _invalid(v)
-        elif k in u64s:
-            if k in fields:
-                return _DATA
-            if v is None or (type(v) is int and 0 <= v <= _U64_MAX):
-                fields[k] = v
-            else:
-                return _invalid(v)
-        elif k in raws:
-            if k in fields:
-                return _DATA
-            if _has_bad_utf8(v):
-                return _SYNTAX
-            fields[k] = v
-    return fields
 
 
 def _typed_anthropic_event(top: dict) -> Any:
@@ -2411,9 +2340,7 @@ class AnthropicCore(_Core):
         elif kind == "message_stop":
             pass
         elif kind == "error":
-            err = _raw_object(ev.get("error"))
-            self._warnings.append(_error_warning(err.get("message") if err is not None else None))
-            self._unknown += 1
+            self._error(ev.get("error"))
         else:
             self._unknown += 1
 

@@ -15,12 +15,15 @@ Each submodule imports its third-party package only when it is imported itself:
 (Inside this package the submodule names match the packages they wrap; they import those packages
 absolutely, so ``import httpx`` there is the real httpx.)
 
-This module holds what they share: :class:`SSEContentTypeError` and :func:`to_builtins`.
+This module holds what they share: :class:`SSEContentTypeError`, :func:`to_builtins`, and how the
+two httpx modules open a stream.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -57,15 +60,53 @@ def expect_event_stream(content_type: str | None, status_code: int, response: An
         raise SSEContentTypeError(content_type or "", status_code, response)
 
 
+S = TypeVar("S")
+
+
+@contextmanager
+def connect(client: Any, method: str, url: Any, kwargs: dict[str, Any], headers: Callable[[Any], Any],
+            source: Callable[[Any], S]) -> Iterator[S]:
+    """``client.stream(method, url, **kwargs)`` with its headers given by ``headers(kwargs["headers"])``,
+    yielding ``source(response)``; the response is closed on exit (the httpx modules' ``connect_sse``)."""
+    merged = headers(kwargs.pop("headers", None))
+    with client.stream(method, url, headers=merged, **kwargs) as response:
+        yield source(response)
+
+
+@asynccontextmanager
+async def aconnect(client: Any, method: str, url: Any, kwargs: dict[str, Any], headers: Callable[[Any], Any],
+                   source: Callable[[Any], S]) -> AsyncIterator[S]:
+    """Async twin of :func:`connect` (the httpx modules' ``aconnect_sse``)."""
+    merged = headers(kwargs.pop("headers", None))
+    async with client.stream(method, url, headers=merged, **kwargs) as response:
+        yield source(response)
+
+
+def to_model(model: Any, obj: Any, strict: bool) -> Any:
+    """A rapidsse Struct as the pydantic ``model`` of an SDK: :func:`to_builtins` validated with
+    ``model_validate``; a validation failure falls back to ``model_construct`` unless ``strict``."""
+    import pydantic  # the SDKs' dependency, not this package's
+
+    data = to_builtins(obj)
+    if strict:
+        return model.model_validate(data)
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError:
+        return model.model_construct(**data)
+
+
 def protocol_for_path(path: str) -> str:
     """``"chat"`` for a Chat Completions endpoint (``.../chat/completions``), ``"completions"``
-    for the legacy one (``.../completions``), ``"gemini"`` for ``...:streamGenerateContent``,
-    else ``"responses"``."""
+    for the legacy one (``.../completions``), ``"anthropic"`` for Anthropic's ``.../messages``,
+    ``"gemini"`` for ``...:streamGenerateContent``, else ``"responses"``."""
     path = path.rstrip("/")
     if path.endswith("/chat/completions"):
         return "chat"
     if path.endswith("/completions"):
         return "completions"
+    if path.endswith("/messages"):
+        return "anthropic"
     if path.endswith(":streamGenerateContent"):
         return "gemini"
     return "responses"

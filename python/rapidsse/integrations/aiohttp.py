@@ -45,7 +45,8 @@ async def aiter_sse(
 async def aiter_events(
     response: aiohttp.ClientResponse, protocol: str | None = None, **kwargs: Any
 ) -> AsyncIterator[Any]:
-    """The typed events of ``response`` (``protocol``: ``"responses"`` or ``"chat"``; keyword
+    """The typed events of ``response`` (``protocol`` as for :func:`rapidsse.aiter_events`; by
+    default from the request path, see :func:`rapidsse.integrations.protocol_for_path`; keyword
     arguments as for :func:`rapidsse.aiter_events`)."""
     _check(response)
     if protocol is None:

@@ -26,37 +26,25 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import pydantic
 from anthropic.types import Message
 
 from .. import anthropic as schema
-from . import to_builtins
-from .httpx import EventSource
+from . import to_model
+from .httpx import event_source_of
 
 __all__ = ["aiter_events_from_anthropic", "iter_events_from_anthropic", "to_anthropic_message"]
-
-
-def _event_source(raw_response: Any) -> EventSource:
-    # Duck-typed: the SDK's transport is httpx or its successor httpx2, with the same interface.
-    http_response = getattr(raw_response, "http_response", raw_response)
-    if not all(hasattr(http_response, name) for name in ("headers", "status_code", "request", "iter_bytes")):
-        raise TypeError(
-            "expected an anthropic raw response (with_streaming_response / with_raw_response) or an "
-            f"httpx.Response, not {type(raw_response).__name__}"
-        )
-    return EventSource(http_response)
 
 
 def iter_events_from_anthropic(raw_response: Any, **kwargs: Any) -> Iterator[Any]:
     """The typed events (:mod:`rapidsse.anthropic`) of an anthropic SDK raw streaming response
     (sync client). Keyword arguments as for :func:`rapidsse.iter_events`; raises
     ``SSEContentTypeError`` for a reply that is not an event stream (an error reply)."""
-    return _event_source(raw_response).iter_events("anthropic", **kwargs)
+    return event_source_of(raw_response, "anthropic").iter_events("anthropic", **kwargs)
 
 
 def aiter_events_from_anthropic(raw_response: Any, **kwargs: Any) -> AsyncIterator[Any]:
     """Async twin of :func:`iter_events_from_anthropic` (``AsyncAnthropic`` client)."""
-    return _event_source(raw_response).aiter_events("anthropic", **kwargs)
+    return event_source_of(raw_response, "anthropic").aiter_events("anthropic", **kwargs)
 
 
 def to_anthropic_message(message: schema.Message, *, beta: bool = False, strict: bool = False) -> Any:
@@ -70,10 +58,4 @@ def to_anthropic_message(message: schema.Message, *, beta: bool = False, strict:
         from anthropic.types.beta import BetaMessage
 
         model = BetaMessage
-    data = to_builtins(message)
-    if strict:
-        return model.model_validate(data)
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError:
-        return model.model_construct(**data)
+    return to_model(model, message, strict)

@@ -20,23 +20,39 @@ no-store`` (unless given other values). Reading events checks the response's con
 raises :class:`~rapidsse.integrations.SSEContentTypeError` when it is not an event stream (check
 ``source.response.status_code`` first to handle error replies your own way). The protocol is taken
 from the request path (``.../chat/completions``: Chat, ``.../completions``: Completions,
-``...:streamGenerateContent``: Gemini, else Responses) unless given.
+``.../messages``: Anthropic, ``...:streamGenerateContent``: Gemini, else Responses) unless given.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import httpx
 
-from ..accumulate import EventStream, stream_chat, stream_completions, stream_gemini, stream_responses
+from ..accumulate import EventStream, stream_anthropic, stream_chat, stream_completions, stream_gemini, stream_responses
 from ..decoding import aiter_events, iter_events
 from ..framing import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, aiter_sse, iter_sse
-from . import SSEContentTypeError, expect_event_stream, protocol_for_path
+from . import SSEContentTypeError, aconnect, connect, expect_event_stream, protocol_for_path
 
 __all__ = ["EventSource", "SSEContentTypeError", "aconnect_sse", "connect_sse"]
+
+_RESPONSE_INTERFACE = ("headers", "status_code", "request", "iter_bytes")
+
+
+def event_source_of(raw_response: Any, sdk: str) -> EventSource:
+    """The :class:`EventSource` of an SDK's raw response (what ``with_streaming_response`` or
+    ``with_raw_response`` gives; its ``http_response``) or of an HTTP response itself; ``sdk`` names
+    the SDK in the ``TypeError`` for anything else. Duck-typed: depending on its version an SDK's
+    transport is httpx or its successor httpx2, whose responses have the same interface."""
+    http_response = getattr(raw_response, "http_response", raw_response)
+    if not all(hasattr(http_response, name) for name in _RESPONSE_INTERFACE):
+        raise TypeError(
+            f"expected an {sdk} raw response (with_streaming_response / with_raw_response) or an "
+            f"httpx.Response, not {type(raw_response).__name__}"
+        )
+    return EventSource(http_response)
 
 
 class EventSource:
@@ -65,13 +81,14 @@ class EventSource:
         return iter_sse(self.response.iter_bytes(), max_event_size=max_event_size)
 
     def iter_events(self, protocol: str | None = None, **kwargs: Any) -> Iterator[Any]:
-        """The typed events (``protocol``: ``"responses"``, ``"chat"``, ``"gemini"`` or
-        ``"completions"``; default from the URL, see :func:`protocol_for_path`)."""
+        """The typed events (``protocol``: ``"responses"``, ``"chat"``, ``"anthropic"``, ``"gemini"``
+        or ``"completions"``; default from the URL, see :func:`protocol_for_path`)."""
         self._check()
         return iter_events(self.response.iter_bytes(), self._protocol(protocol), **kwargs)  # type: ignore[arg-type]
 
     def stream(self, protocol: str | None = None, **kwargs: Any) -> EventStream[Any]:
-        """Typed events accumulated as they pass (``.response`` / ``.completion`` after the loop)."""
+        """Typed events accumulated as they pass (``.response`` / ``.completion`` / ``.message``
+        after the loop)."""
         self._check()
         return _STREAMS.get(self._protocol(protocol), stream_responses)(self.response.iter_bytes(), **kwargs)
 
@@ -93,7 +110,7 @@ class EventSource:
         return start(self.response.aiter_bytes(), **kwargs)  # type: ignore[arg-type]
 
 
-_STREAMS = {"chat": stream_chat, "gemini": stream_gemini, "completions": stream_completions}
+_STREAMS = {"chat": stream_chat, "anthropic": stream_anthropic, "gemini": stream_gemini, "completions": stream_completions}
 
 
 def _sse_headers(headers: Any) -> httpx.Headers:
@@ -103,20 +120,16 @@ def _sse_headers(headers: Any) -> httpx.Headers:
     return merged
 
 
-@contextmanager
-def connect_sse(client: httpx.Client, method: str, url: str | httpx.URL, **kwargs: Any) -> Iterator[EventSource]:
+def connect_sse(
+    client: httpx.Client, method: str, url: str | httpx.URL, **kwargs: Any
+) -> AbstractContextManager[EventSource]:
     """Sends a streaming request with ``client`` (keyword arguments as for ``client.stream``) and
     yields its :class:`EventSource`; the response is closed on exit."""
-    headers = _sse_headers(kwargs.pop("headers", None))
-    with client.stream(method, url, headers=headers, **kwargs) as response:
-        yield EventSource(response)
+    return connect(client, method, url, kwargs, _sse_headers, EventSource)
 
 
-@asynccontextmanager
-async def aconnect_sse(
+def aconnect_sse(
     client: httpx.AsyncClient, method: str, url: str | httpx.URL, **kwargs: Any
-) -> AsyncIterator[EventSource]:
+) -> AbstractAsyncContextManager[EventSource]:
     """Async twin of :func:`connect_sse`."""
-    headers = _sse_headers(kwargs.pop("headers", None))
-    async with client.stream(method, url, headers=headers, **kwargs) as response:
-        yield EventSource(response)
+    return aconnect(client, method, url, kwargs, _sse_headers, EventSource)

@@ -67,8 +67,8 @@ Other differences (see docs/httpx-sse.md):
 from __future__ import annotations
 
 import json as _json
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncGenerator, Generator, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from itertools import starmap
 from typing import Any, Optional
 
@@ -79,6 +79,8 @@ from msgspec.structs import astuple, force_setattr
 from .. import errors as _errors
 from ..framing import DEFAULT_MAX_EVENT_SIZE, SSEDecoder, adrain, drain
 from . import SSEContentTypeError as _RapidsseContentTypeError
+from . import aconnect as _aconnect
+from . import connect as _connect
 
 __version__ = "0.4.3"
 """The httpx-sse release whose API this module reproduces."""
@@ -327,21 +329,17 @@ def _sse_headers(headers: Any) -> httpx.Headers:
     return merged
 
 
-@contextmanager
-def connect_sse(client: httpx.Client, method: str, url: str | httpx.URL, **kwargs: Any) -> Iterator[EventSource]:
+def connect_sse(
+    client: httpx.Client, method: str, url: str | httpx.URL, **kwargs: Any
+) -> AbstractContextManager[EventSource]:
     """Connects to an SSE endpoint: sends ``method url`` with ``client.stream`` (keyword
     arguments as for it), with ``Accept: text/event-stream`` and ``Cache-Control: no-store``, and
     yields the response's :class:`EventSource`. The response is closed on exit."""
-    headers = _sse_headers(kwargs.pop("headers", None))
-    with client.stream(method, url, headers=headers, **kwargs) as response:
-        yield EventSource(response)
+    return _connect(client, method, url, kwargs, _sse_headers, EventSource)
 
 
-@asynccontextmanager
-async def aconnect_sse(
+def aconnect_sse(
     client: httpx.AsyncClient, method: str, url: str | httpx.URL, **kwargs: Any
-) -> AsyncIterator[EventSource]:
+) -> AbstractAsyncContextManager[EventSource]:
     """Async twin of :func:`connect_sse`."""
-    headers = _sse_headers(kwargs.pop("headers", None))
-    async with client.stream(method, url, headers=headers, **kwargs) as response:
-        yield EventSource(response)
+    return _aconnect(client, method, url, kwargs, _sse_headers, EventSource)

@@ -33,8 +33,8 @@ from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
 from .. import chat, responses
-from . import to_builtins
-from .httpx import EventSource
+from . import to_model
+from .httpx import event_source_of
 
 __all__ = [
     "aiter_events_from_openai",
@@ -46,37 +46,19 @@ __all__ = [
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 
 
-def _event_source(raw_response: Any) -> EventSource:
-    # Duck-typed: depending on its version the SDK's transport is httpx or its successor httpx2,
-    # whose responses have the same interface.
-    http_response = getattr(raw_response, "http_response", raw_response)
-    if not all(hasattr(http_response, name) for name in ("headers", "status_code", "request", "iter_bytes")):
-        raise TypeError(
-            "expected an openai raw response (with_streaming_response / with_raw_response) or an "
-            f"httpx.Response, not {type(raw_response).__name__}"
-        )
-    return EventSource(http_response)
-
-
 def iter_events_from_openai(raw_response: Any, protocol: str | None = None, **kwargs: Any) -> Iterator[Any]:
     """The typed events of an openai SDK raw streaming response (sync client). Keyword arguments
     as for :func:`rapidsse.iter_events`; raises ``SSEContentTypeError`` for a non-stream reply."""
-    return _event_source(raw_response).iter_events(protocol, **kwargs)
+    return event_source_of(raw_response, "openai").iter_events(protocol, **kwargs)
 
 
 def aiter_events_from_openai(raw_response: Any, protocol: str | None = None, **kwargs: Any) -> AsyncIterator[Any]:
     """Async twin of :func:`iter_events_from_openai` (``AsyncOpenAI`` client)."""
-    return _event_source(raw_response).aiter_events(protocol, **kwargs)
+    return event_source_of(raw_response, "openai").aiter_events(protocol, **kwargs)
 
 
 def _convert(model: type[Model], obj: Any, strict: bool) -> Model:
-    data = to_builtins(obj)
-    if strict:
-        return model.model_validate(data)
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError:
-        return model.model_construct(**data)
+    return to_model(model, obj, strict)  # type: ignore[no-any-return]
 
 
 def to_openai_response(response: responses.Response, *, strict: bool = False) -> Response:
