@@ -73,6 +73,7 @@ from . import chat, responses
 from .decoding import EventDecoder
 from .errors import SSEError
 from .framing import SSEDecoder
+from .integrations import protocol_for_path
 
 __all__ = [
     "PROTOCOLS",
@@ -206,17 +207,11 @@ def endpoint_url(url: str, protocol: str, model: str = "default") -> str:
 
 
 def protocol_for_url(url: str) -> str:
-    """The protocol an endpoint URL names (``responses`` when it names none)."""
+    """The protocol an endpoint URL names (``responses`` when it names none): as the integrations
+    read a request's path (:func:`rapidsse.integrations.protocol_for_path`), and Gemini for a bare
+    ``.../v1beta`` base too."""
     path = urlsplit(url).path.rstrip("/")
-    if path.endswith("/chat/completions"):
-        return "chat"
-    if path.endswith("/completions"):
-        return "completions"
-    if path.endswith("/messages"):
-        return "anthropic"
-    if ":streamGenerateContent" in path or path.endswith("/v1beta"):
-        return "gemini"
-    return "responses"
+    return "gemini" if path.endswith("/v1beta") else protocol_for_path(path)
 
 
 # --- Arrivals ----------------------------------------------------------------------------------

@@ -79,7 +79,6 @@ import msgspec
 from .accumulate import ChatAccumulator, ResponseAccumulator
 from .errors import SSEError
 from .decoding import detect_protocol
-from .framing import SSEDecoder
 from .integrations import to_builtins
 
 __all__ = [
@@ -169,36 +168,10 @@ def split_events(body: bytes) -> list[bytes]:
     return events
 
 
-_ANTHROPIC_EVENTS = frozenset({
-    "message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
-    "message_stop",
-})
-
-
 def recording_protocol(data: bytes) -> str | None:
-    """The protocol of a recorded stream: :func:`~rapidsse.decoding.detect_protocol`, which knows
-    Responses, Chat and Realtime, told apart first from the Anthropic, Gemini and Completions
-    streams (whose detection in :mod:`rapidsse.decoding` comes with their decoders). None when the
-    bytes tell nothing."""
-    head = data[:1024 * 1024]
-    if not head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):
-        for event in SSEDecoder(None).feed(head):
-            if event.event in _ANTHROPIC_EVENTS:
-                return "anthropic"
-            try:
-                obj = msgspec.json.decode(event.data)
-            except (msgspec.DecodeError, RecursionError):
-                continue
-            if not isinstance(obj, dict):
-                continue
-            if obj.get("type") in _ANTHROPIC_EVENTS:
-                return "anthropic"
-            if "type" not in obj and ("candidates" in obj or "usageMetadata" in obj):
-                return "gemini"
-            if obj.get("object") == "text_completion":
-                return "completions"
-            break  # the first JSON payload decides; the rest is detect_protocol's
-    return detect_protocol(head)
+    """The protocol of a recorded stream, from its first MiB: :func:`rapidsse.decoding.detect_protocol`.
+    None when the bytes tell nothing."""
+    return detect_protocol(data[:1024 * 1024])
 
 
 def load_recording(path: str | Path) -> Recording:
