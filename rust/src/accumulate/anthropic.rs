@@ -180,9 +180,9 @@ impl AnthropicAccumulator {
     /// One event's JSON payload (the SSE `data`).
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         let mut scratch = std::mem::take(&mut self.scratch);
-        if let Some((index, delta)) = quick_delta(payload, &mut scratch) {
+        if let Some((index, kind, text)) = quick_delta(payload, payload.len(), &mut scratch) {
             self.events += 1;
-            self.apply_delta(index, delta);
+            self.apply_quick(index, kind, text);
             self.scratch = scratch;
             return self.cap.check(self.events - 1);
         }
@@ -236,15 +236,16 @@ impl AnthropicAccumulator {
         {
             return None;
         }
-        let payload = &data[..len];
         let mut scratch = std::mem::take(&mut self.scratch);
-        let quick = quick_delta(payload, &mut scratch);
-        let Some((index, delta)) = quick else {
+        // (The payload with the bytes after it: its string is read 16 bytes at a time to its
+        // closing quote, which comes before the line's end.)
+        let quick = quick_delta(data, len, &mut scratch);
+        let Some((index, kind, text)) = quick else {
             self.scratch = scratch;
             return None;
         };
         self.events += 1;
-        self.apply_delta(index, delta);
+        self.apply_quick(index, kind, text);
         self.scratch = scratch;
         let start = FRAMED_PREFIX.len();
         Some((
@@ -360,6 +361,33 @@ impl AnthropicAccumulator {
             }
         }
         self.apply_delta(event.index.unwrap_or(0), delta);
+    }
+
+    /// A text, thinking or input JSON delta read by [`quick_delta`]: what
+    /// [`apply_delta`](Self::apply_delta) does with it, without building a [`BlockDelta`] or
+    /// matching its type's name.
+    #[inline]
+    fn apply_quick(&mut self, index: u64, kind: QuickKind, text: &str) {
+        let block = match (&self.message, self.blocks.get_mut(index as usize)) {
+            (Some(_), Some(block)) => block,
+            // A warning to give: the general way.
+            _ => return self.apply_delta(index, kind.delta(text)),
+        };
+        let cap = &mut self.cap;
+        match kind {
+            QuickKind::Text if &*block.kind == "text" => block.append("text", text, cap),
+            QuickKind::Thinking if &*block.kind == "thinking" => {
+                block.append("thinking", text, cap);
+            }
+            QuickKind::InputJson => {
+                if let Some(json) = &mut block.input_json {
+                    if cap.admits(json.len(), text.len()) {
+                        json.push_str(text);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A delta of a known or unknown type (not a wrapper) on the block at `index`.
@@ -627,15 +655,56 @@ enum QuickKind {
     InputJson,
 }
 
+impl QuickKind {
+    /// The delta of this type with `text`, as serde reads it.
+    fn delta(self, text: &str) -> BlockDelta<'_> {
+        let text = Some(Str(Cow::Borrowed(text)));
+        let (name, mut delta) = match self {
+            QuickKind::Text => (
+                "text_delta",
+                BlockDelta {
+                    text,
+                    ..BlockDelta::default()
+                },
+            ),
+            QuickKind::Thinking => (
+                "thinking_delta",
+                BlockDelta {
+                    thinking: text,
+                    ..BlockDelta::default()
+                },
+            ),
+            QuickKind::InputJson => (
+                "input_json_delta",
+                BlockDelta {
+                    partial_json: text,
+                    ..BlockDelta::default()
+                },
+            ),
+        };
+        delta.kind = Some(Str(Cow::Borrowed(name)));
+        delta
+    }
+}
+
 /// The quick path for the bulk of a stream: a `content_block_delta` payload written exactly
 /// as Anthropic writes it (`{"type":"content_block_delta","index":N,"delta":{"type":
 /// "text_delta","text":"..."}}`, or a thinking or input JSON delta, whitespace allowed only
-/// after the delta) read without serde: its index and delta, or None for anything else (then
-/// read the general way). It takes only what serde would read the same way: an index of
-/// digits within `u64`, a string the lexer validates (escapes, no control characters, no lone
-/// surrogate, UTF-8), and nothing after the closing braces but whitespace.
-fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, BlockDelta<'s>)> {
+/// after the delta's string) read without serde: its index, type and string, or None for
+/// anything else (then read the general way). It takes only what serde would read the same
+/// way: an index of digits within `u64`, a string the lexer validates (escapes, no control
+/// characters, no lone surrogate, UTF-8), and nothing after the closing braces but whitespace.
+///
+/// The payload is `buf[..len]`; bytes after it in `buf` (the rest of a chunk) only let the
+/// lexer read the string in wide steps, never belong to it: a string stops at a control
+/// character, and a payload line ends with one.
+fn quick_delta<'s>(
+    buf: &'s [u8],
+    len: usize,
+    scratch: &'s mut Vec<u8>,
+) -> Option<(u64, QuickKind, &'s str)> {
     const HEAD: &[u8] = br#"{"type":"content_block_delta","index":"#;
+    let payload = buf.get(..len)?;
     let rest = starting_with(payload, HEAD)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || (digits > 1 && rest[0] == b'0') {
@@ -649,10 +718,10 @@ fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, 
     let (head, kind) = QUICK_DELTAS
         .iter()
         .find(|(head, _)| starting_with(rest, head).is_some())?;
-    let mut lx = Lexer::new(payload);
+    let mut lx = Lexer::new(buf);
     lx.seek(HEAD.len() + digits + head.len()); // before the string (its quote)
     let text = lx.string(scratch)?;
-    if !(lx.eat(b'}') && lx.eat(b'}') && lx.at_end()) {
+    if lx.position() > len || !closes_twice(&payload[lx.position()..]) {
         return None;
     }
     let text = if text.ascii {
@@ -661,22 +730,20 @@ fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, 
     } else {
         std::str::from_utf8(text.bytes).ok()?
     };
-    let text = Some(Str(Cow::Borrowed(text)));
-    let kind_name = match kind {
-        QuickKind::Text => "text_delta",
-        QuickKind::Thinking => "thinking_delta",
-        QuickKind::InputJson => "input_json_delta",
-    };
-    let mut delta = BlockDelta {
-        kind: Some(Str(Cow::Borrowed(kind_name))),
-        ..BlockDelta::default()
-    };
-    match kind {
-        QuickKind::Text => delta.text = text,
-        QuickKind::Thinking => delta.thinking = text,
-        QuickKind::InputJson => delta.partial_json = text,
+    Some((index, *kind, text))
+}
+
+/// Whether `rest` is two closing braces, with JSON whitespace around them only.
+fn closes_twice(rest: &[u8]) -> bool {
+    let mut braces = 0;
+    for &b in rest {
+        match b {
+            b'}' if braces < 2 => braces += 1,
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            _ => return false,
+        }
     }
-    Some((index, delta))
+    braces == 2
 }
 
 /// What follows `prefix` in `bytes` if they start with it (compared without a `memcmp` call).
@@ -783,7 +850,23 @@ mod tests {
     #[test]
     fn the_quick_path_reads_what_serde_reads() {
         let mut scratch = Vec::new();
-        let cases: [(&str, Option<(u64, &str)>); 12] = [
+        let cases: &[(&str, Option<(u64, &str)>)] = &[
+            (
+                r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"a longer text, \"quoted\", past sixteen bytes"}}"#,
+                Some((3, "a longer text, \"quoted\", past sixteen bytes")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"} x}"#,
+                None,
+            ),
             (
                 r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
                 Some((0, "Hi")),
@@ -833,18 +916,37 @@ mod tests {
                 None,
             ),
         ];
-        for (payload, want) in cases {
-            let got = quick_delta(payload.as_bytes(), &mut scratch).map(|(index, d)| {
-                let text = d
-                    .text
-                    .or(d.thinking)
-                    .or(d.partial_json)
-                    .unwrap()
-                    .0
-                    .into_owned();
-                (index, text)
-            });
-            assert_eq!(got, want.map(|(i, t)| (i, t.to_owned())), "{payload}");
+        // Each alone, and as the tap gives it: its line with the rest of a chunk after it
+        // (which may close a string or a brace the payload left open: never read).
+        let tails = [
+            "",
+            "\n\nevent: content_block_delta\ndata: ",
+            "\n\n\"}}\n\n",
+            "\n\n}\n\n",
+            "\n \"abcdefghijklmnopqrstuvwxyz\"}}",
+        ];
+        for &(payload, want) in cases {
+            for tail in tails {
+                let buf = format!("{payload}{tail}");
+                let got = quick_delta(buf.as_bytes(), payload.len(), &mut scratch).map(
+                    |(index, kind, text)| {
+                        let d = kind.delta(text);
+                        let text = d
+                            .text
+                            .or(d.thinking)
+                            .or(d.partial_json)
+                            .unwrap()
+                            .0
+                            .into_owned();
+                        (index, text)
+                    },
+                );
+                assert_eq!(
+                    got,
+                    want.map(|(i, t)| (i, t.to_owned())),
+                    "{payload:?} {tail:?}"
+                );
+            }
         }
         // On the corpus, every payload it takes gives the message the general path gives.
         let mut taken = 0;
@@ -852,7 +954,8 @@ mod tests {
             let mut quick = AnthropicAccumulator::new();
             let mut general = AnthropicAccumulator::new();
             for line in lines.iter().filter(|l| l.starts_with('{')) {
-                taken += usize::from(quick_delta(line.as_bytes(), &mut scratch).is_some());
+                taken +=
+                    usize::from(quick_delta(line.as_bytes(), line.len(), &mut scratch).is_some());
                 quick.add_json(line.as_bytes()).unwrap();
                 let event: Event<'_> = serde_json::from_str(line).unwrap();
                 general.events += 1;
