@@ -161,10 +161,6 @@ enum Quick<'c> {
     Other,
 }
 
-/// How much of a chunk is offered to [`Sink::whole`] with the start of an event held back
-/// from the chunk before: enough for a usual event (a longer one is framed the usual way).
-const OFFER: usize = 2048;
-
 /// Where a [`Framer`] sends the events it frames (a closure taking [`RawEvent`]s is one, via
 /// [`Framer::feed`]).
 pub trait Sink {
@@ -412,26 +408,25 @@ impl Framer {
             let mut tail = std::mem::take(&mut self.tail);
             let tail_offset = self.tail_offset;
             let held = tail.len();
-            // First offered to the sink with the start of this chunk: it finds the event's end
-            // itself when it takes the event.
-            let offered = if on_event.takes_whole() {
-                tail.extend_from_slice(&chunk[..chunk.len().min(OFFER)]);
-                on_event.whole(&tail, self.dispatched, tail_offset)
-            } else {
-                None
-            };
-            if let Some(used) = offered {
-                // The held-back bytes hold no blank line: the event ends in this chunk.
-                debug_assert!(used > held);
-                debug_assert!(matches!(self.quick(&tail), Quick::Event(_, _, u) if u == used));
-                self.dispatched += 1;
-                from = used - held;
-            } else {
-                tail.truncate(held);
-                match event_end(&tail, chunk) {
-                    Some(end) => {
-                        tail.extend_from_slice(&chunk[..end]);
-                        from = end;
+            match event_end(&tail, chunk) {
+                Some(end) => {
+                    // The event, whole: first offered to the sink (only its bytes are copied).
+                    tail.extend_from_slice(&chunk[..end]);
+                    from = end;
+                    let offered = if on_event.takes_whole() {
+                        on_event.whole(&tail, self.dispatched, tail_offset)
+                    } else {
+                        None
+                    };
+                    if let Some(used) = offered {
+                        // The held-back bytes hold no blank line: the event ends in this chunk.
+                        debug_assert!(used > held);
+                        debug_assert_eq!(used, tail.len());
+                        debug_assert!(
+                            matches!(self.quick(&tail), Quick::Event(_, _, u) if u == used)
+                        );
+                        self.dispatched += 1;
+                    } else {
                         match self.quick(&tail) {
                             Quick::Event(name, data, used) => {
                                 debug_assert_eq!(used, tail.len());
@@ -440,11 +435,11 @@ impl Framer {
                             _ => result = self.lines(&tail, tail_offset, false, on_event),
                         }
                     }
-                    // The event goes on past this chunk (or a CR comes first): the held-back
-                    // bytes go the line-by-line way, and so does the chunk. (Never held back
-                    // twice: each byte is looked at a bounded number of times.)
-                    None => result = self.lines(&tail, tail_offset, false, on_event),
                 }
+                // The event goes on past this chunk (or a CR comes first): the held-back
+                // bytes go the line-by-line way, and so does the chunk. (Never held back
+                // twice: each byte is looked at a bounded number of times.)
+                None => result = self.lines(&tail, tail_offset, false, on_event),
             }
             tail.clear();
             self.tail = tail; // keep the allocation

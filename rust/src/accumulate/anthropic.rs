@@ -733,13 +733,14 @@ fn quick_delta<'s>(
     Some((index, *kind, text))
 }
 
-/// Whether `rest` is two closing braces, with JSON whitespace around them only.
+/// Whether `rest` is two closing braces, with spaces and tabs around them only (not a CR,
+/// which the framer takes as a line end; a payload with one is read the general way).
 fn closes_twice(rest: &[u8]) -> bool {
     let mut braces = 0;
     for &b in rest {
         match b {
             b'}' if braces < 2 => braces += 1,
-            b' ' | b'\t' | b'\n' | b'\r' => {}
+            b' ' | b'\t' => {}
             _ => return false,
         }
     }
