@@ -540,12 +540,45 @@ impl AnthropicAccumulator {
         let mut out = Vec::with_capacity(256);
         json::write_entries(&mut out, message, |out, key, value| {
             if key == "content" {
-                json::write_list(out, &self.blocks, |out, _, block| block.write(out));
+                json::write_list(out, &self.blocks, |out, _, block| {
+                    block.write(out, |out, _, text| json::write_str(out, text));
+                });
             } else {
                 json::write_value(out, value);
             }
         });
         Some(out)
+    }
+
+    /// [`snapshot_json`](Self::snapshot_json) with the long texts set aside (see
+    /// [`json::Splice`]): a block's text or thinking of at least `min_len` bytes is written as
+    /// `""` and given with its path (`content`, the block's index, `text` or `thinking`).
+    pub fn snapshot_spliced(&self, min_len: usize) -> Option<json::Spliced<'_>> {
+        let message = self.message.as_ref()?;
+        let mut texts = Vec::new();
+        let mut out = Vec::with_capacity(256);
+        json::write_entries(&mut out, message, |out, key, value| {
+            if key == "content" {
+                json::write_list(out, &self.blocks, |out, i, block| {
+                    block.write(out, |out, key, text| {
+                        if text.len() >= min_len {
+                            out.extend_from_slice(b"\"\"");
+                            let path = vec![
+                                json::Step::Key("content"),
+                                json::Step::Index(i),
+                                json::Step::Key(key),
+                            ];
+                            texts.push((path, text));
+                        } else {
+                            json::write_str(out, text);
+                        }
+                    });
+                });
+            } else {
+                json::write_value(out, value);
+            }
+        });
+        Some((out, texts))
     }
 
     /// Error events, malformed events, deltas without their block, input JSON that does not
@@ -603,32 +636,42 @@ impl Block {
         }
     }
 
-    /// The block's entries, the live text in its place.
-    fn write_with(&self, out: &mut Vec<u8>, input: Option<&Value>) {
+    /// The block's entries, the live text in its place (written by `text`).
+    fn write_with<'b>(
+        &'b self,
+        out: &mut Vec<u8>,
+        input: Option<&Value>,
+        mut text: impl FnMut(&mut Vec<u8>, &'static str, &'b str),
+    ) {
         let live = self.live.as_ref();
         json::write_entries(out, &self.object, |out, key, value| match (live, input) {
-            (Some((live_key, text)), _) if *live_key == key => json::write_str(out, text),
+            (Some((live_key, live_text)), _) if *live_key == key => text(out, live_key, live_text),
             (_, Some(input)) if key == "input" => json::write_value(out, input),
             _ => json::write_value(out, value),
         });
     }
 
-    /// The block as JSON, with its input parsed from the input JSON of a block not stopped.
-    fn write(&self, out: &mut Vec<u8>) {
+    /// The block as JSON, with its input parsed from the input JSON of a block not stopped;
+    /// its live text (a tool block has none) written by `text`.
+    fn write<'b>(
+        &'b self,
+        out: &mut Vec<u8>,
+        text: impl FnMut(&mut Vec<u8>, &'static str, &'b str),
+    ) {
         let input = self
             .input_json
             .as_deref()
             .filter(|j| !j.is_empty())
             .and_then(parse_partial);
         let Some(input) = input else {
-            return self.write_with(out, None);
+            return self.write_with(out, None, text);
         };
         if !self.object.contains_key("input") {
             let mut object = self.object.clone();
             object.insert("input".to_owned(), input);
             return json::write_object(out, object.iter());
         }
-        self.write_with(out, Some(&input));
+        self.write_with(out, Some(&input), text);
     }
 }
 
@@ -973,6 +1016,46 @@ mod tests {
             assert_eq!(quick.unknown_events(), general.unknown_events());
         }
         assert!(taken > 400, "{taken}");
+    }
+
+    #[test]
+    fn a_spliced_snapshot_with_its_texts_put_back_is_the_snapshot() {
+        let mut spliced_any = 0;
+        for lines in corpus_lines("anthropic") {
+            let payloads: Vec<&str> = lines
+                .iter()
+                .filter(|l| l.starts_with('{'))
+                .map(String::as_str)
+                .collect();
+            // At the end, and mid-stream (a block not stopped yet).
+            for n in [payloads.len(), payloads.len() / 2] {
+                let acc = feed(&payloads[..n]);
+                for min_len in [0, 1, 10, 1024, usize::MAX] {
+                    let Some((json, texts)) = acc.snapshot_spliced(min_len) else {
+                        assert!(acc.snapshot_json().is_none());
+                        continue;
+                    };
+                    let mut value: Value = serde_json::from_slice(&json).unwrap();
+                    for (path, text) in &texts {
+                        assert!(text.len() >= min_len);
+                        let mut node = &mut value;
+                        for step in path {
+                            node = match *step {
+                                json::Step::Key(k) => &mut node[k],
+                                json::Step::Index(i) => &mut node[i],
+                            };
+                        }
+                        assert_eq!(*node, Value::from(""), "{path:?}");
+                        *node = Value::from(*text);
+                        spliced_any += 1;
+                    }
+                    let whole: Value =
+                        serde_json::from_slice(&acc.snapshot_json().unwrap()).unwrap();
+                    assert_eq!(value, whole);
+                }
+            }
+        }
+        assert!(spliced_any > 20, "{spliced_any}");
     }
 
     #[test]
