@@ -180,7 +180,9 @@ impl AnthropicAccumulator {
     /// One event's JSON payload (the SSE `data`).
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         let mut scratch = std::mem::take(&mut self.scratch);
-        if let Some((index, kind, text)) = quick_delta(payload, payload.len(), &mut scratch) {
+        if let Some((index, kind, text, _)) =
+            quick_delta(payload, Some(payload.len()), &mut scratch)
+        {
             self.events += 1;
             self.apply_quick(index, kind, text);
             self.scratch = scratch;
@@ -229,18 +231,14 @@ impl AnthropicAccumulator {
         max_line: usize,
     ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
         let data = starting_with(bytes, FRAMED_PREFIX)?;
-        let len = memchr::memchr(b'\n', data)?;
-        if data.get(len + 1) != Some(&b'\n')
-            || len + 6 > max_line
-            || FRAMED_PREFIX.len() - 7 > max_line
-        {
-            return None;
-        }
         let mut scratch = std::mem::take(&mut self.scratch);
-        // (The payload with the bytes after it: its string is read 16 bytes at a time to its
-        // closing quote, which comes before the line's end.)
-        let quick = quick_delta(data, len, &mut scratch);
-        let Some((index, kind, text)) = quick else {
+        // The payload read to its line's end (found as it is read, not searched for first).
+        let quick = quick_delta(data, None, &mut scratch);
+        let Some((index, kind, text, len)) = quick.filter(|&(_, _, _, len)| {
+            data.get(len + 1) == Some(&b'\n')
+                && len + 6 <= max_line
+                && FRAMED_PREFIX.len() - 7 <= max_line
+        }) else {
             self.scratch = scratch;
             return None;
         };
@@ -738,16 +736,20 @@ impl QuickKind {
 /// way: an index of digits within `u64`, a string the lexer validates (escapes, no control
 /// characters, no lone surrogate, UTF-8), and nothing after the closing braces but whitespace.
 ///
-/// The payload is `buf[..len]`; bytes after it in `buf` (the rest of a chunk) only let the
-/// lexer read the string in wide steps, never belong to it: a string stops at a control
-/// character, and a payload line ends with one.
+/// The payload is `buf[..len]`, or with `len` None, the bytes of `buf` up to its first LF (the
+/// rest of a chunk from a `data: ` line on; the payload's length is returned with it). Bytes
+/// after the payload never belong to it: a string stops at a control character, and a payload
+/// line ends with one.
 fn quick_delta<'s>(
     buf: &'s [u8],
-    len: usize,
+    len: Option<usize>,
     scratch: &'s mut Vec<u8>,
-) -> Option<(u64, QuickKind, &'s str)> {
+) -> Option<(u64, QuickKind, &'s str, usize)> {
     const HEAD: &[u8] = br#"{"type":"content_block_delta","index":"#;
-    let payload = buf.get(..len)?;
+    let payload = match len {
+        Some(len) => buf.get(..len)?,
+        None => buf,
+    };
     let rest = starting_with(payload, HEAD)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || (digits > 1 && rest[0] == b'0') {
@@ -764,16 +766,34 @@ fn quick_delta<'s>(
     let mut lx = Lexer::new(buf);
     lx.seek(HEAD.len() + digits + head.len()); // before the string (its quote)
     let text = lx.string(scratch)?;
-    if lx.position() > len || !closes_twice(&payload[lx.position()..]) {
-        return None;
-    }
+    let at = lx.position();
+    let len = match len {
+        Some(len) => (at <= len && closes_twice(&payload[at..])).then_some(len)?,
+        None => at + braces_to_line_end(&buf[at..])?,
+    };
     let text = if text.ascii {
         // SAFETY: ASCII is UTF-8.
         unsafe { std::str::from_utf8_unchecked(text.bytes) }
     } else {
         std::str::from_utf8(text.bytes).ok()?
     };
-    Some((index, *kind, text))
+    Some((index, *kind, text, len))
+}
+
+/// Where the line ends (its LF) in `rest` (the bytes after a delta's string) when they are
+/// two closing braces, with spaces and tabs around them only, up to it; None otherwise
+/// (another byte, a CR, no LF).
+fn braces_to_line_end(rest: &[u8]) -> Option<usize> {
+    let mut braces = 0;
+    for (i, &b) in rest.iter().enumerate() {
+        match b {
+            b'}' if braces < 2 => braces += 1,
+            b' ' | b'\t' => {}
+            b'\n' if braces == 2 => return Some(i),
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// Whether `rest` is two closing braces, with spaces and tabs around them only (not a CR,
@@ -972,8 +992,9 @@ mod tests {
         for &(payload, want) in cases {
             for tail in tails {
                 let buf = format!("{payload}{tail}");
-                let got = quick_delta(buf.as_bytes(), payload.len(), &mut scratch).map(
-                    |(index, kind, text)| {
+                let got = quick_delta(buf.as_bytes(), Some(payload.len()), &mut scratch).map(
+                    |(index, kind, text, len)| {
+                        assert_eq!(len, payload.len());
                         let d = kind.delta(text);
                         let text = d
                             .text
@@ -991,6 +1012,33 @@ mod tests {
                     "{payload:?} {tail:?}"
                 );
             }
+            // As the tap reads it: to the line's end, found while reading.
+            for tail in ["\n", "\n\n", "\n\nevent: content_block_delta\ndata: {}\n\n"] {
+                let buf = format!("{payload}{tail}");
+                let got = quick_delta(buf.as_bytes(), None, &mut scratch).map(
+                    |(index, kind, text, len)| {
+                        assert_eq!(len, payload.len());
+                        let d = kind.delta(text);
+                        let text = d
+                            .text
+                            .or(d.thinking)
+                            .or(d.partial_json)
+                            .unwrap()
+                            .0
+                            .into_owned();
+                        (index, text)
+                    },
+                );
+                assert_eq!(
+                    got,
+                    want.map(|(i, t)| (i, t.to_owned())),
+                    "{payload:?} {tail:?}"
+                );
+            }
+            // No line end yet, or a CR for one: not taken.
+            assert!(quick_delta(payload.as_bytes(), None, &mut scratch).is_none());
+            let cr = format!("{payload}\r\n");
+            assert!(quick_delta(cr.as_bytes(), None, &mut scratch).is_none());
         }
         // On the corpus, every payload it takes gives the message the general path gives.
         let mut taken = 0;
@@ -998,8 +1046,9 @@ mod tests {
             let mut quick = AnthropicAccumulator::new();
             let mut general = AnthropicAccumulator::new();
             for line in lines.iter().filter(|l| l.starts_with('{')) {
-                taken +=
-                    usize::from(quick_delta(line.as_bytes(), line.len(), &mut scratch).is_some());
+                taken += usize::from(
+                    quick_delta(line.as_bytes(), Some(line.len()), &mut scratch).is_some(),
+                );
                 quick.add_json(line.as_bytes()).unwrap();
                 let event: Event<'_> = serde_json::from_str(line).unwrap();
                 general.events += 1;
