@@ -612,6 +612,59 @@ def test_builder_agrees_with_msgspec_on_random_mutations():
     native_check([mutations(rng.choice(corpus), rng) for _ in range(20_000)])
 
 
+def _delta_payload(index: int, kind: str, key: str, value: str, extra: str = "") -> bytes:
+    return (
+        '{"type":"content_block_delta","index":%d,"delta":{"type":"%s","%s":%s%s}}' % (index, kind, key, value, extra)
+    ).encode()
+
+
+@needs_builder
+def test_runs_of_deltas_are_built_through_a_shape_into_the_nested_union_as_msgspec_builds_them():
+    """A run of deltas of one type is built through a shape that reaches into the delta (its tag
+    fixed, its text a hole); where the tag changes, the shape is learned again from that run.
+    Every event equals msgspec's, with the wire info of the Python pass."""
+    from rapidsse import _native, _wire
+
+    from .test_native import deep_same
+
+    texts = ['" word"', '"line\\nnext \\"q\\" \\u00e9\\ud83d\\ude00"', '"\u00e9t\u00e9"', '""', '"' + "y" * 300 + '"']
+    batch = []
+    for index, kind, key in ((0, "thinking_delta", "thinking"), (3, "text_delta", "text"), (4, "input_json_delta", "partial_json")):
+        batch += [_delta_payload(index, kind, key, texts[i % len(texts)]) for i in range(20)]
+    # The tag changes at one index, each way, and back (text, thinking at 3: the class differs).
+    batch += [_delta_payload(3, "text_delta", "text", '"a"'), _delta_payload(3, "thinking_delta", "thinking", '"b"')] * 3
+    # Fixed bytes but another class: the same text after the tag.
+    batch += [_delta_payload(5, "text_delta", "text", '"a"')] * 3 + [_delta_payload(5, "thinking_delta", "thinking", '"a"')]
+    # Unknown members in the delta, fixed and varying; a member at its default; null; another index.
+    batch += [_delta_payload(6, "text_delta", "text", '"t%d"' % i, ',"x":1') for i in range(4)]
+    batch += [_delta_payload(6, "text_delta", "text", '"t%d"' % i, ',"x":%d' % i) for i in range(4)]
+    batch += [_delta_payload(6, "text_delta", "text", '"t"', ',"x":1,"x":2')]
+    batch += [b'{"type":"content_block_delta","index":6,"delta":null}', _delta_payload(7, "text_delta", "text", '"z"')]
+    batch += [_delta_payload(0, "text_delta", "text", '"t%d"' % i) for i in range(4)]
+    built_schema = _native.native_schema(native, anthropic.Event, tagged_unions=True)
+    ours, shaped = built_schema.decode_counting(batch)
+    # Each run of like deltas after its first two (and the runs of text at index 0 and 6) through
+    # a shape, at least.
+    assert shaped >= 3 * 18 + 2 + 2, shaped
+    for payload, built in zip(batch, ours):
+        theirs = decode_lenient(payload, anthropic.Event)
+        if built is None:
+            assert payload.endswith(b'"x":2}}'), payload  # a repeated unknown key is left to msgspec
+            continue
+        _wire.compute(theirs, payload)
+        deep_same(built, theirs)
+        assert rapidsse.encode(built) == rapidsse.encode(theirs)
+    # The same stream through the decoder, in chunks that cut events anywhere.
+    stream = b"".join(b"event: content_block_delta\ndata: " + p + b"\n\n" for p in batch)
+    for size in (1, 7, 100, 512):
+        events = list(rapidsse.iter_events(chunked(stream, size), protocol="anthropic"))
+        assert [rapidsse.encode(e) for e in events] == [rapidsse.encode(e) for e in ours_or_theirs(batch, ours)]
+
+
+def ours_or_theirs(batch: list[bytes], ours: list[Any]) -> list[Any]:
+    return [o if o is not None else decode_lenient(p, anthropic.Event) for p, o in zip(batch, ours)]
+
+
 def test_stream_anthropic_hands_out_events_and_the_message():
     data = next(p for p in RECORDINGS if "thinking_part" in p.name).read_bytes()
     stream = rapidsse.stream_anthropic(chunked(data, 333))

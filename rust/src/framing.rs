@@ -161,10 +161,6 @@ enum Quick<'c> {
     Other,
 }
 
-/// How much of a chunk is offered to [`Sink::whole`] with the start of an event held back
-/// from the chunk before: enough for a usual event (a longer one is framed the usual way).
-const OFFER: usize = 2048;
-
 /// Where a [`Framer`] sends the events it frames (a closure taking [`RawEvent`]s is one, via
 /// [`Framer::feed`]).
 pub trait Sink {
@@ -266,6 +262,9 @@ pub struct Framer {
     retry: Option<Retry>,
     dispatched: u64,
     poisoned: bool,
+    /// The name of the last event taken whole (no CR or LF in it): the next `event:` line
+    /// that repeats it is told by a comparison, not a search for its end.
+    known_name: Vec<u8>,
 }
 
 impl Framer {
@@ -292,6 +291,7 @@ impl Framer {
             retry: None,
             dispatched: 0,
             poisoned: false,
+            known_name: Vec::new(),
         }
     }
 
@@ -412,26 +412,25 @@ impl Framer {
             let mut tail = std::mem::take(&mut self.tail);
             let tail_offset = self.tail_offset;
             let held = tail.len();
-            // First offered to the sink with the start of this chunk: it finds the event's end
-            // itself when it takes the event.
-            let offered = if on_event.takes_whole() {
-                tail.extend_from_slice(&chunk[..chunk.len().min(OFFER)]);
-                on_event.whole(&tail, self.dispatched, tail_offset)
-            } else {
-                None
-            };
-            if let Some(used) = offered {
-                // The held-back bytes hold no blank line: the event ends in this chunk.
-                debug_assert!(used > held);
-                debug_assert!(matches!(self.quick(&tail), Quick::Event(_, _, u) if u == used));
-                self.dispatched += 1;
-                from = used - held;
-            } else {
-                tail.truncate(held);
-                match event_end(&tail, chunk) {
-                    Some(end) => {
-                        tail.extend_from_slice(&chunk[..end]);
-                        from = end;
+            match event_end(&tail, chunk) {
+                Some(end) => {
+                    // The event, whole: first offered to the sink (only its bytes are copied).
+                    tail.extend_from_slice(&chunk[..end]);
+                    from = end;
+                    let offered = if on_event.takes_whole() {
+                        on_event.whole(&tail, self.dispatched, tail_offset)
+                    } else {
+                        None
+                    };
+                    if let Some(used) = offered {
+                        // The held-back bytes hold no blank line: the event ends in this chunk.
+                        debug_assert!(used > held);
+                        debug_assert_eq!(used, tail.len());
+                        debug_assert!(
+                            matches!(self.quick(&tail), Quick::Event(_, _, u) if u == used)
+                        );
+                        self.dispatched += 1;
+                    } else {
                         match self.quick(&tail) {
                             Quick::Event(name, data, used) => {
                                 debug_assert_eq!(used, tail.len());
@@ -440,11 +439,11 @@ impl Framer {
                             _ => result = self.lines(&tail, tail_offset, false, on_event),
                         }
                     }
-                    // The event goes on past this chunk (or a CR comes first): the held-back
-                    // bytes go the line-by-line way, and so does the chunk. (Never held back
-                    // twice: each byte is looked at a bounded number of times.)
-                    None => result = self.lines(&tail, tail_offset, false, on_event),
                 }
+                // The event goes on past this chunk (or a CR comes first): the held-back
+                // bytes go the line-by-line way, and so does the chunk. (Never held back
+                // twice: each byte is looked at a bounded number of times.)
+                None => result = self.lines(&tail, tail_offset, false, on_event),
             }
             tail.clear();
             self.tail = tail; // keep the allocation
@@ -550,6 +549,10 @@ impl Framer {
     /// no retry).
     #[inline]
     fn dispatch_whole<S: Sink>(&mut self, name: &[u8], data: &[u8], offset: u64, on_event: &mut S) {
+        if !crate::lex::same(name, &self.known_name) {
+            self.known_name.clear();
+            self.known_name.extend_from_slice(name);
+        }
         on_event.event(RawEvent {
             event: name,
             data,
@@ -598,10 +601,20 @@ impl Framer {
         let mut pos = 0;
         let mut name: &[u8] = &[];
         if rest.starts_with(EVENT) {
-            let Some(i) = memchr::memchr2(b'\n', b'\r', &rest[EVENT.len()..]) else {
-                return fits(rest.len());
+            let after = &rest[EVENT.len()..];
+            let known = self.known_name.len();
+            let end = if known > 0
+                && after.get(known) == Some(&b'\n')
+                && crate::lex::same(&after[..known], &self.known_name)
+            {
+                // The name of the last event again (it holds no CR or LF): the line ends here.
+                EVENT.len() + known
+            } else {
+                let Some(i) = memchr::memchr2(b'\n', b'\r', after) else {
+                    return fits(rest.len());
+                };
+                EVENT.len() + i
             };
-            let end = EVENT.len() + i;
             if rest[end] == b'\r' || end > max {
                 return Quick::Other;
             }
@@ -1108,6 +1121,38 @@ mod tests {
                 let (got, got_failed) = framed(&chunks, Some(max));
                 assert_eq!(got_failed, failed, "max {max} chunks of {size}");
                 assert_eq!(got, reference, "max {max} chunks of {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_event_line_repeating_the_last_name_or_near_it_is_framed_as_line_by_line() {
+        // After `event: ab` is taken whole, the next `event:` lines are the same name, a
+        // longer or shorter one, one ending in CR, a prefix at a chunk's end.
+        let stream: &[u8] = b"event: ab\ndata: 1\n\nevent: ab\ndata: 2\n\nevent: abc\ndata: 3\n\n\
+            event: ab\ndata: 4\n\nevent: a\ndata: 5\n\nevent: ab\ndata: 6\n\nevent: ab\r\ndata: 7\n\n\
+            event: ab\ndata: 8\n\nevent: ab\n\nevent: ab\ndata: 9\n\nevent: abab\ndata: 10\n\n\
+            event: ab\ndata: 11\n\n";
+        let (whole, _) = framed(&[stream], None);
+        let names: Vec<&str> = whole.iter().map(|e| e.0.event.as_str()).collect();
+        assert_eq!(
+            names,
+            ["ab", "ab", "abc", "ab", "a", "ab", "ab", "ab", "ab", "abab", "ab"],
+            "{whole:?}"
+        );
+        for size in 1..stream.len() {
+            let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+            assert_eq!(framed(&chunks, None).0, whole, "chunks of {size}");
+        }
+        for max in [2, 8, 9, 10] {
+            let (reference, failed) = framed(&[stream], Some(max));
+            for size in [1, 5, 13, stream.len()] {
+                let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+                assert_eq!(
+                    framed(&chunks, Some(max)),
+                    (reference.clone(), failed),
+                    "max {max} chunks of {size}"
+                );
             }
         }
     }

@@ -100,7 +100,8 @@ pub(crate) fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<(
             _mm_or_si128, _mm_set1_epi8,
         };
         // SAFETY: SSE2 is in the x86-64 baseline; each load reads the 16 bytes at `i`, inside
-        // `buf` (`i + 16 <= buf.len()`), unaligned loads allowed.
+        // `buf` (`i + 16 <= buf.len()`), or the last 16 of `buf` (`buf.len() >= 16`), unaligned
+        // loads allowed.
         unsafe {
             let quote = _mm_set1_epi8(b'"' as i8);
             let backslash = _mm_set1_epi8(b'\\' as i8);
@@ -126,6 +127,32 @@ pub(crate) fn string_stop(buf: &[u8], from: usize, ascii: &mut bool) -> Option<(
                     *ascii = false;
                 }
                 i += 16;
+            }
+            // The last bytes (fewer than 16): the 16 that end `buf`, those before `i` shifted
+            // out, rather than a byte at a time (a short string near the end of its payload,
+            // as in most deltas).
+            if i < buf.len() && buf.len() >= 16 {
+                let base = buf.len() - 16;
+                let v = _mm_loadu_si128(buf.as_ptr().add(base).cast::<__m128i>());
+                let special = _mm_or_si128(
+                    _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                    _mm_cmpeq_epi8(_mm_min_epu8(v, control), v),
+                );
+                let shift = i - base;
+                let stop = (_mm_movemask_epi8(special) as u32) >> shift;
+                let high = (_mm_movemask_epi8(v) as u32) >> shift;
+                if stop == 0 {
+                    if high != 0 {
+                        *ascii = false;
+                    }
+                    return None;
+                }
+                let at = stop.trailing_zeros();
+                if high & ((1u32 << at) - 1) != 0 {
+                    *ascii = false;
+                }
+                let at = i + at as usize;
+                return Some((at, *buf.get_unchecked(at)));
             }
         }
     }
@@ -626,6 +653,51 @@ mod tests {
                             "{buf:?} {from}"
                         );
                         assert_eq!(quote_or_backslash_swar(&buf, from), naive(&buf, from));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn string_stop_finds_the_first_stop_and_high_bytes_before_it_at_any_position() {
+        // Byte by byte, as the definition says.
+        let naive = |buf: &[u8], from: usize| {
+            let mut ascii = true;
+            for (i, &c) in buf.iter().enumerate().skip(from) {
+                if c == b'"' || c == b'\\' || c < 0x20 {
+                    return (Some((i, c)), ascii);
+                }
+                ascii &= c < 0x80;
+            }
+            (None, ascii)
+        };
+        for len in 0..70usize {
+            for at in 0..=len {
+                for stop in [b'"', b'\\', 0x01, b'\n', 0x1f, b' '] {
+                    for high in [
+                        None,
+                        Some(at / 2),
+                        Some(at + 1),
+                        Some(len.saturating_sub(1)),
+                    ] {
+                        let mut buf: Vec<u8> =
+                            (0..len).map(|i| [b'!', b'a', b'~', 0x7f][i % 4]).collect();
+                        if let Some(h) = high.filter(|&h| h < len) {
+                            buf[h] = 0xc3;
+                        }
+                        if at < len {
+                            buf[at] = stop;
+                        }
+                        for from in 0..=len {
+                            let mut ascii = true;
+                            let ours = string_stop(&buf, from, &mut ascii);
+                            let (theirs, their_ascii) = naive(&buf, from);
+                            assert_eq!(ours, theirs, "{buf:?} {from}");
+                            if ours.is_some() {
+                                assert_eq!(ascii, their_ascii, "{buf:?} {from}");
+                            }
+                        }
                     }
                 }
             }

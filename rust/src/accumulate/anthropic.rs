@@ -180,9 +180,11 @@ impl AnthropicAccumulator {
     /// One event's JSON payload (the SSE `data`).
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         let mut scratch = std::mem::take(&mut self.scratch);
-        if let Some((index, delta)) = quick_delta(payload, &mut scratch) {
+        if let Some((index, kind, text, _)) =
+            quick_delta(payload, Some(payload.len()), &mut scratch)
+        {
             self.events += 1;
-            self.apply_delta(index, delta);
+            self.apply_quick(index, kind, text);
             self.scratch = scratch;
             return self.cap.check(self.events - 1);
         }
@@ -229,22 +231,19 @@ impl AnthropicAccumulator {
         max_line: usize,
     ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
         let data = starting_with(bytes, FRAMED_PREFIX)?;
-        let len = memchr::memchr(b'\n', data)?;
-        if data.get(len + 1) != Some(&b'\n')
-            || len + 6 > max_line
-            || FRAMED_PREFIX.len() - 7 > max_line
-        {
-            return None;
-        }
-        let payload = &data[..len];
         let mut scratch = std::mem::take(&mut self.scratch);
-        let quick = quick_delta(payload, &mut scratch);
-        let Some((index, delta)) = quick else {
+        // The payload read to its line's end (found as it is read, not searched for first).
+        let quick = quick_delta(data, None, &mut scratch);
+        let Some((index, kind, text, len)) = quick.filter(|&(_, _, _, len)| {
+            data.get(len + 1) == Some(&b'\n')
+                && len + 6 <= max_line
+                && FRAMED_PREFIX.len() - 7 <= max_line
+        }) else {
             self.scratch = scratch;
             return None;
         };
         self.events += 1;
-        self.apply_delta(index, delta);
+        self.apply_quick(index, kind, text);
         self.scratch = scratch;
         let start = FRAMED_PREFIX.len();
         Some((
@@ -360,6 +359,33 @@ impl AnthropicAccumulator {
             }
         }
         self.apply_delta(event.index.unwrap_or(0), delta);
+    }
+
+    /// A text, thinking or input JSON delta read by [`quick_delta`]: what
+    /// [`apply_delta`](Self::apply_delta) does with it, without building a [`BlockDelta`] or
+    /// matching its type's name.
+    #[inline]
+    fn apply_quick(&mut self, index: u64, kind: QuickKind, text: &str) {
+        let block = match (&self.message, self.blocks.get_mut(index as usize)) {
+            (Some(_), Some(block)) => block,
+            // A warning to give: the general way.
+            _ => return self.apply_delta(index, kind.delta(text)),
+        };
+        let cap = &mut self.cap;
+        match kind {
+            QuickKind::Text if &*block.kind == "text" => block.append("text", text, cap),
+            QuickKind::Thinking if &*block.kind == "thinking" => {
+                block.append("thinking", text, cap);
+            }
+            QuickKind::InputJson => {
+                if let Some(json) = &mut block.input_json {
+                    if cap.admits(json.len(), text.len()) {
+                        json.push_str(text);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A delta of a known or unknown type (not a wrapper) on the block at `index`.
@@ -512,12 +538,45 @@ impl AnthropicAccumulator {
         let mut out = Vec::with_capacity(256);
         json::write_entries(&mut out, message, |out, key, value| {
             if key == "content" {
-                json::write_list(out, &self.blocks, |out, _, block| block.write(out));
+                json::write_list(out, &self.blocks, |out, _, block| {
+                    block.write(out, |out, _, text| json::write_str(out, text));
+                });
             } else {
                 json::write_value(out, value);
             }
         });
         Some(out)
+    }
+
+    /// [`snapshot_json`](Self::snapshot_json) with the long texts set aside (see
+    /// [`json::Splice`]): a block's text or thinking of at least `min_len` bytes is written as
+    /// `""` and given with its path (`content`, the block's index, `text` or `thinking`).
+    pub fn snapshot_spliced(&self, min_len: usize) -> Option<json::Spliced<'_>> {
+        let message = self.message.as_ref()?;
+        let mut texts = Vec::new();
+        let mut out = Vec::with_capacity(256);
+        json::write_entries(&mut out, message, |out, key, value| {
+            if key == "content" {
+                json::write_list(out, &self.blocks, |out, i, block| {
+                    block.write(out, |out, key, text| {
+                        if text.len() >= min_len {
+                            out.extend_from_slice(b"\"\"");
+                            let path = vec![
+                                json::Step::Key("content"),
+                                json::Step::Index(i),
+                                json::Step::Key(key),
+                            ];
+                            texts.push((path, text));
+                        } else {
+                            json::write_str(out, text);
+                        }
+                    });
+                });
+            } else {
+                json::write_value(out, value);
+            }
+        });
+        Some((out, texts))
     }
 
     /// Error events, malformed events, deltas without their block, input JSON that does not
@@ -575,32 +634,42 @@ impl Block {
         }
     }
 
-    /// The block's entries, the live text in its place.
-    fn write_with(&self, out: &mut Vec<u8>, input: Option<&Value>) {
+    /// The block's entries, the live text in its place (written by `text`).
+    fn write_with<'b>(
+        &'b self,
+        out: &mut Vec<u8>,
+        input: Option<&Value>,
+        mut text: impl FnMut(&mut Vec<u8>, &'static str, &'b str),
+    ) {
         let live = self.live.as_ref();
         json::write_entries(out, &self.object, |out, key, value| match (live, input) {
-            (Some((live_key, text)), _) if *live_key == key => json::write_str(out, text),
+            (Some((live_key, live_text)), _) if *live_key == key => text(out, live_key, live_text),
             (_, Some(input)) if key == "input" => json::write_value(out, input),
             _ => json::write_value(out, value),
         });
     }
 
-    /// The block as JSON, with its input parsed from the input JSON of a block not stopped.
-    fn write(&self, out: &mut Vec<u8>) {
+    /// The block as JSON, with its input parsed from the input JSON of a block not stopped;
+    /// its live text (a tool block has none) written by `text`.
+    fn write<'b>(
+        &'b self,
+        out: &mut Vec<u8>,
+        text: impl FnMut(&mut Vec<u8>, &'static str, &'b str),
+    ) {
         let input = self
             .input_json
             .as_deref()
             .filter(|j| !j.is_empty())
             .and_then(parse_partial);
         let Some(input) = input else {
-            return self.write_with(out, None);
+            return self.write_with(out, None, text);
         };
         if !self.object.contains_key("input") {
             let mut object = self.object.clone();
             object.insert("input".to_owned(), input);
             return json::write_object(out, object.iter());
         }
-        self.write_with(out, Some(&input));
+        self.write_with(out, Some(&input), text);
     }
 }
 
@@ -627,15 +696,60 @@ enum QuickKind {
     InputJson,
 }
 
+impl QuickKind {
+    /// The delta of this type with `text`, as serde reads it.
+    fn delta(self, text: &str) -> BlockDelta<'_> {
+        let text = Some(Str(Cow::Borrowed(text)));
+        let (name, mut delta) = match self {
+            QuickKind::Text => (
+                "text_delta",
+                BlockDelta {
+                    text,
+                    ..BlockDelta::default()
+                },
+            ),
+            QuickKind::Thinking => (
+                "thinking_delta",
+                BlockDelta {
+                    thinking: text,
+                    ..BlockDelta::default()
+                },
+            ),
+            QuickKind::InputJson => (
+                "input_json_delta",
+                BlockDelta {
+                    partial_json: text,
+                    ..BlockDelta::default()
+                },
+            ),
+        };
+        delta.kind = Some(Str(Cow::Borrowed(name)));
+        delta
+    }
+}
+
 /// The quick path for the bulk of a stream: a `content_block_delta` payload written exactly
 /// as Anthropic writes it (`{"type":"content_block_delta","index":N,"delta":{"type":
 /// "text_delta","text":"..."}}`, or a thinking or input JSON delta, whitespace allowed only
-/// after the delta) read without serde: its index and delta, or None for anything else (then
-/// read the general way). It takes only what serde would read the same way: an index of
-/// digits within `u64`, a string the lexer validates (escapes, no control characters, no lone
-/// surrogate, UTF-8), and nothing after the closing braces but whitespace.
-fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, BlockDelta<'s>)> {
+/// after the delta's string) read without serde: its index, type and string, or None for
+/// anything else (then read the general way). It takes only what serde would read the same
+/// way: an index of digits within `u64`, a string the lexer validates (escapes, no control
+/// characters, no lone surrogate, UTF-8), and nothing after the closing braces but whitespace.
+///
+/// The payload is `buf[..len]`, or with `len` None, the bytes of `buf` up to its first LF (the
+/// rest of a chunk from a `data: ` line on; the payload's length is returned with it). Bytes
+/// after the payload never belong to it: a string stops at a control character, and a payload
+/// line ends with one.
+fn quick_delta<'s>(
+    buf: &'s [u8],
+    len: Option<usize>,
+    scratch: &'s mut Vec<u8>,
+) -> Option<(u64, QuickKind, &'s str, usize)> {
     const HEAD: &[u8] = br#"{"type":"content_block_delta","index":"#;
+    let payload = match len {
+        Some(len) => buf.get(..len)?,
+        None => buf,
+    };
     let rest = starting_with(payload, HEAD)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || (digits > 1 && rest[0] == b'0') {
@@ -649,34 +763,51 @@ fn quick_delta<'s>(payload: &'s [u8], scratch: &'s mut Vec<u8>) -> Option<(u64, 
     let (head, kind) = QUICK_DELTAS
         .iter()
         .find(|(head, _)| starting_with(rest, head).is_some())?;
-    let mut lx = Lexer::new(payload);
+    let mut lx = Lexer::new(buf);
     lx.seek(HEAD.len() + digits + head.len()); // before the string (its quote)
     let text = lx.string(scratch)?;
-    if !(lx.eat(b'}') && lx.eat(b'}') && lx.at_end()) {
-        return None;
-    }
+    let at = lx.position();
+    let len = match len {
+        Some(len) => (at <= len && closes_twice(&payload[at..])).then_some(len)?,
+        None => at + braces_to_line_end(&buf[at..])?,
+    };
     let text = if text.ascii {
         // SAFETY: ASCII is UTF-8.
         unsafe { std::str::from_utf8_unchecked(text.bytes) }
     } else {
         std::str::from_utf8(text.bytes).ok()?
     };
-    let text = Some(Str(Cow::Borrowed(text)));
-    let kind_name = match kind {
-        QuickKind::Text => "text_delta",
-        QuickKind::Thinking => "thinking_delta",
-        QuickKind::InputJson => "input_json_delta",
-    };
-    let mut delta = BlockDelta {
-        kind: Some(Str(Cow::Borrowed(kind_name))),
-        ..BlockDelta::default()
-    };
-    match kind {
-        QuickKind::Text => delta.text = text,
-        QuickKind::Thinking => delta.thinking = text,
-        QuickKind::InputJson => delta.partial_json = text,
+    Some((index, *kind, text, len))
+}
+
+/// Where the line ends (its LF) in `rest` (the bytes after a delta's string) when they are
+/// two closing braces, with spaces and tabs around them only, up to it; None otherwise
+/// (another byte, a CR, no LF).
+fn braces_to_line_end(rest: &[u8]) -> Option<usize> {
+    let mut braces = 0;
+    for (i, &b) in rest.iter().enumerate() {
+        match b {
+            b'}' if braces < 2 => braces += 1,
+            b' ' | b'\t' => {}
+            b'\n' if braces == 2 => return Some(i),
+            _ => return None,
+        }
     }
-    Some((index, delta))
+    None
+}
+
+/// Whether `rest` is two closing braces, with spaces and tabs around them only (not a CR,
+/// which the framer takes as a line end; a payload with one is read the general way).
+fn closes_twice(rest: &[u8]) -> bool {
+    let mut braces = 0;
+    for &b in rest {
+        match b {
+            b'}' if braces < 2 => braces += 1,
+            b' ' | b'\t' => {}
+            _ => return false,
+        }
+    }
+    braces == 2
 }
 
 /// What follows `prefix` in `bytes` if they start with it (compared without a `memcmp` call).
@@ -783,7 +914,23 @@ mod tests {
     #[test]
     fn the_quick_path_reads_what_serde_reads() {
         let mut scratch = Vec::new();
-        let cases: [(&str, Option<(u64, &str)>); 12] = [
+        let cases: &[(&str, Option<(u64, &str)>)] = &[
+            (
+                r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"a longer text, \"quoted\", past sixteen bytes"}}"#,
+                Some((3, "a longer text, \"quoted\", past sixteen bytes")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"} x}"#,
+                None,
+            ),
             (
                 r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
                 Some((0, "Hi")),
@@ -833,18 +980,65 @@ mod tests {
                 None,
             ),
         ];
-        for (payload, want) in cases {
-            let got = quick_delta(payload.as_bytes(), &mut scratch).map(|(index, d)| {
-                let text = d
-                    .text
-                    .or(d.thinking)
-                    .or(d.partial_json)
-                    .unwrap()
-                    .0
-                    .into_owned();
-                (index, text)
-            });
-            assert_eq!(got, want.map(|(i, t)| (i, t.to_owned())), "{payload}");
+        // Each alone, and as the tap gives it: its line with the rest of a chunk after it
+        // (which may close a string or a brace the payload left open: never read).
+        let tails = [
+            "",
+            "\n\nevent: content_block_delta\ndata: ",
+            "\n\n\"}}\n\n",
+            "\n\n}\n\n",
+            "\n \"abcdefghijklmnopqrstuvwxyz\"}}",
+        ];
+        for &(payload, want) in cases {
+            for tail in tails {
+                let buf = format!("{payload}{tail}");
+                let got = quick_delta(buf.as_bytes(), Some(payload.len()), &mut scratch).map(
+                    |(index, kind, text, len)| {
+                        assert_eq!(len, payload.len());
+                        let d = kind.delta(text);
+                        let text = d
+                            .text
+                            .or(d.thinking)
+                            .or(d.partial_json)
+                            .unwrap()
+                            .0
+                            .into_owned();
+                        (index, text)
+                    },
+                );
+                assert_eq!(
+                    got,
+                    want.map(|(i, t)| (i, t.to_owned())),
+                    "{payload:?} {tail:?}"
+                );
+            }
+            // As the tap reads it: to the line's end, found while reading.
+            for tail in ["\n", "\n\n", "\n\nevent: content_block_delta\ndata: {}\n\n"] {
+                let buf = format!("{payload}{tail}");
+                let got = quick_delta(buf.as_bytes(), None, &mut scratch).map(
+                    |(index, kind, text, len)| {
+                        assert_eq!(len, payload.len());
+                        let d = kind.delta(text);
+                        let text = d
+                            .text
+                            .or(d.thinking)
+                            .or(d.partial_json)
+                            .unwrap()
+                            .0
+                            .into_owned();
+                        (index, text)
+                    },
+                );
+                assert_eq!(
+                    got,
+                    want.map(|(i, t)| (i, t.to_owned())),
+                    "{payload:?} {tail:?}"
+                );
+            }
+            // No line end yet, or a CR for one: not taken.
+            assert!(quick_delta(payload.as_bytes(), None, &mut scratch).is_none());
+            let cr = format!("{payload}\r\n");
+            assert!(quick_delta(cr.as_bytes(), None, &mut scratch).is_none());
         }
         // On the corpus, every payload it takes gives the message the general path gives.
         let mut taken = 0;
@@ -852,7 +1046,9 @@ mod tests {
             let mut quick = AnthropicAccumulator::new();
             let mut general = AnthropicAccumulator::new();
             for line in lines.iter().filter(|l| l.starts_with('{')) {
-                taken += usize::from(quick_delta(line.as_bytes(), &mut scratch).is_some());
+                taken += usize::from(
+                    quick_delta(line.as_bytes(), Some(line.len()), &mut scratch).is_some(),
+                );
                 quick.add_json(line.as_bytes()).unwrap();
                 let event: Event<'_> = serde_json::from_str(line).unwrap();
                 general.events += 1;
@@ -869,6 +1065,46 @@ mod tests {
             assert_eq!(quick.unknown_events(), general.unknown_events());
         }
         assert!(taken > 400, "{taken}");
+    }
+
+    #[test]
+    fn a_spliced_snapshot_with_its_texts_put_back_is_the_snapshot() {
+        let mut spliced_any = 0;
+        for lines in corpus_lines("anthropic") {
+            let payloads: Vec<&str> = lines
+                .iter()
+                .filter(|l| l.starts_with('{'))
+                .map(String::as_str)
+                .collect();
+            // At the end, and mid-stream (a block not stopped yet).
+            for n in [payloads.len(), payloads.len() / 2] {
+                let acc = feed(&payloads[..n]);
+                for min_len in [0, 1, 10, 1024, usize::MAX] {
+                    let Some((json, texts)) = acc.snapshot_spliced(min_len) else {
+                        assert!(acc.snapshot_json().is_none());
+                        continue;
+                    };
+                    let mut value: Value = serde_json::from_slice(&json).unwrap();
+                    for (path, text) in &texts {
+                        assert!(text.len() >= min_len);
+                        let mut node = &mut value;
+                        for step in path {
+                            node = match *step {
+                                json::Step::Key(k) => &mut node[k],
+                                json::Step::Index(i) => &mut node[i],
+                            };
+                        }
+                        assert_eq!(*node, Value::from(""), "{path:?}");
+                        *node = Value::from(*text);
+                        spliced_any += 1;
+                    }
+                    let whole: Value =
+                        serde_json::from_slice(&acc.snapshot_json().unwrap()).unwrap();
+                    assert_eq!(value, whole);
+                }
+            }
+        }
+        assert!(spliced_any > 20, "{spliced_any}");
     }
 
     #[test]

@@ -394,6 +394,10 @@ fn anthropic_line_caps_and_odd_framing_are_the_same_both_ways() {
         text.replacen("\"text\":\"", "\"text\":\"\\ud800", 5),
         text.replacen("\"text\":\"", "\"text\":\"\t", 5),
         text.replacen("}}", "},\"x\":1}", 5),
+        // A CR ends the data line (the framer's way), even where JSON would take it as space.
+        text.replacen("\"}}\n", "\"}\r}\n", 9),
+        text.replacen("\"}}\n", "\"}}\r\n", 9),
+        text.replacen("\"}}\n", "\"} }\r\n", 9),
     ];
     for variant in &variants {
         for &size in &[1, 3, 64, 300, 512, usize::MAX] {

@@ -603,20 +603,7 @@ accumulator_core!(
         py: Python<'py>,
         min_len: usize,
     ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyList>)>> {
-        let Some((json, texts)) = self.acc.snapshot_spliced(min_len) else {
-            return Ok(None);
-        };
-        let list = PyList::empty(py);
-        for (path, text) in texts {
-            let steps = path.iter().map(|step| match *step {
-                crate::accumulate::Step::Key(key) => PyString::new(py, key).into_any(),
-                crate::accumulate::Step::Index(i) => i
-                    .into_pyobject(py)
-                    .map_or_else(|never| match never {}, |i| i.into_any()),
-            });
-            list.append((PyTuple::new(py, steps)?, PyString::new(py, text)))?;
-        }
-        Ok(Some((PyBytes::new(py, &json), list)))
+        spliced_to_py(py, self.acc.snapshot_spliced(min_len))
     },
     /// All output_text of message items, concatenated in output order.
     fn output_text(&mut self) -> String {
@@ -642,5 +629,36 @@ accumulator_core!(
 accumulator_core!(
     AnthropicCore,
     AnthropicAccumulator,
-    "Anthropic Messages accumulator core."
+    "Anthropic Messages accumulator core.",
+    /// The snapshot with its texts of at least `min_len` bytes set aside, as
+    /// `ResponseCore.snapshot_spliced` gives it.
+    fn snapshot_spliced<'py>(
+        &mut self,
+        py: Python<'py>,
+        min_len: usize,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyList>)>> {
+        spliced_to_py(py, self.acc.snapshot_spliced(min_len))
+    }
 );
+
+/// A spliced snapshot (see `json::Splice`) as `(json, [(path, text), ...])`, each path a tuple
+/// of keys and indices.
+fn spliced_to_py<'py>(
+    py: Python<'py>,
+    spliced: Option<(Vec<u8>, Vec<(Vec<crate::accumulate::Step<'_>>, &str)>)>,
+) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyList>)>> {
+    let Some((json, texts)) = spliced else {
+        return Ok(None);
+    };
+    let list = PyList::empty(py);
+    for (path, text) in texts {
+        let steps = path.iter().map(|step| match *step {
+            crate::accumulate::Step::Key(key) => PyString::new(py, key).into_any(),
+            crate::accumulate::Step::Index(i) => i
+                .into_pyobject(py)
+                .map_or_else(|never| match never {}, |i| i.into_any()),
+        });
+        list.append((PyTuple::new(py, steps)?, PyString::new(py, text)))?;
+    }
+    Ok(Some((PyBytes::new(py, &json), list)))
+}

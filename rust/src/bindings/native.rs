@@ -88,6 +88,9 @@ pub(crate) enum AtDefault {
     Identity(Py<PyAny>),
     /// Compared with `==`.
     Equal(Py<PyAny>),
+    /// A `str` default (exactly a str): an exact str is compared by its length and
+    /// characters, without a rich comparison; anything else with `==`.
+    Str(Py<PyAny>),
     EmptyList,
     EmptyDict,
     Never,
@@ -292,22 +295,39 @@ fn at_default(field: &Field, value: *mut ffi::PyObject) -> bool {
 }
 
 impl AtDefault {
+    /// The default compared with `==`: [`AtDefault::Str`] for an exact str, else
+    /// [`AtDefault::Equal`].
+    pub(crate) fn equal(default: Py<PyAny>) -> AtDefault {
+        // SAFETY: reading the type of a live object.
+        let exact_str = unsafe {
+            ffi::Py_TYPE(default.as_ptr()) == std::ptr::addr_of_mut!(ffi::PyUnicode_Type)
+        };
+        if exact_str {
+            AtDefault::Str(default)
+        } else {
+            AtDefault::Equal(default)
+        }
+    }
+
     /// Whether `value` (a live object) is at this default.
     pub(crate) fn holds(&self, value: *mut ffi::PyObject) -> bool {
         // SAFETY: `value` is a live object; type checks, sizes and a comparison with the GIL held.
         unsafe {
             match self {
                 AtDefault::Identity(d) => value == d.as_ptr(),
-                AtDefault::Equal(d) => {
-                    value == d.as_ptr()
-                        || match ffi::PyObject_RichCompareBool(value, d.as_ptr(), ffi::Py_EQ) {
-                            1 => true,
-                            0 => false,
-                            _ => {
-                                ffi::PyErr_Clear();
-                                false
-                            }
-                        }
+                AtDefault::Equal(d) => value == d.as_ptr() || rich_equal(value, d.as_ptr()),
+                AtDefault::Str(d) => {
+                    let d = d.as_ptr();
+                    if value == d {
+                        return true;
+                    }
+                    if ffi::Py_TYPE(value) != std::ptr::addr_of_mut!(ffi::PyUnicode_Type) {
+                        return rich_equal(value, d);
+                    }
+                    // Two exact strs are equal when their lengths and characters are.
+                    let n = ffi::PyUnicode_GetLength(value);
+                    n == ffi::PyUnicode_GetLength(d)
+                        && (n == 0 || ffi::PyUnicode_Compare(value, d) == 0)
                 }
                 AtDefault::EmptyList => {
                     ffi::Py_TYPE(value) == std::ptr::addr_of_mut!(ffi::PyList_Type)
@@ -318,6 +338,24 @@ impl AtDefault {
                         && ffi::PyDict_Size(value) == 0
                 }
                 AtDefault::Never => false,
+            }
+        }
+    }
+}
+
+/// `value == default` (an exception in the comparison: not equal).
+///
+/// # Safety
+/// Both are live objects; the GIL is held.
+unsafe fn rich_equal(value: *mut ffi::PyObject, default: *mut ffi::PyObject) -> bool {
+    // SAFETY: as this function's contract.
+    unsafe {
+        match ffi::PyObject_RichCompareBool(value, default, ffi::Py_EQ) {
+            1 => true,
+            0 => false,
+            _ => {
+                ffi::PyErr_Clear();
+                false
             }
         }
     }
@@ -612,7 +650,7 @@ impl Schema {
                     if singleton {
                         AtDefault::Identity(v.clone().unbind())
                     } else {
-                        AtDefault::Equal(v.clone().unbind())
+                        AtDefault::equal(v.clone().unbind())
                     }
                 }
             };
@@ -912,7 +950,8 @@ impl Schema {
             shape.hits = 0;
             let (old, new) = (&shape.previous[..], payload);
             let cut = Cut { py, old, new };
-            if let Some(root) = self.cut(&cut, 0..old.len(), 0..new.len(), index, obj.0, 0) {
+            let tag = self.tag_field.as_deref();
+            if let Some(root) = self.cut(&cut, 0..old.len(), 0..new.len(), index, obj.0, 0, tag) {
                 shape.root = root;
                 shape.learned.clear();
                 shape.learned.extend_from_slice(payload);
@@ -926,7 +965,9 @@ impl Schema {
     /// the pieces of a shape, against the object at `old_at` of the previous payload: the
     /// members whose bytes are equal in both (same keys in the same order, same bytes between
     /// them) are fixed; a member that differs is a hole, or a nested shape when it holds a
-    /// Struct (or a list of one) in both.
+    /// Struct (or a list of one) in both. `tag` is the key of the object's tag member (the
+    /// top-level tag, or a tagged union's): it must be fixed (the same class in both).
+    #[allow(clippy::too_many_arguments)]
     fn cut(
         &self,
         c: &Cut<'_, '_>,
@@ -935,6 +976,7 @@ impl Schema {
         index: usize,
         obj: *mut ffi::PyObject,
         depth: usize,
+        tag: Option<&[u8]>,
     ) -> Option<ObjectShape> {
         let fields = self.structs[index].fields.as_deref()?;
         let before = members(c.old, old_at.clone())?;
@@ -965,7 +1007,7 @@ impl Schema {
                     .add(fields[i].offset)
                     .cast::<*mut ffi::PyObject>()
             };
-            let tag = self.tag_field.as_deref() == Some(key) && depth == 0;
+            let tag = tag == Some(key);
             if field.is_none() && !tag {
                 let key = u32::try_from(n.key.start).ok()?..u32::try_from(n.key.end).ok()?;
                 let value = u32::try_from(n.value.start).ok()?..u32::try_from(n.value.end).ok()?;
@@ -992,7 +1034,7 @@ impl Schema {
                             shape.kept.push((fields[i].offset, kept));
                             None
                         }
-                        None => Some(self.nested(c, b, n, &fields[i].node, i, slot(i), depth)),
+                        None => Some(self.nested(c, b, n, &fields[i].node, i, slot(i), depth)?),
                     }
                 }
             };
@@ -1032,7 +1074,9 @@ impl Schema {
 
     /// The piece for field `i`, whose value differs between the two payloads: a nested shape
     /// when it is a Struct (or a list of exactly one Struct) in both and those cut into one,
-    /// else a hole.
+    /// else a hole. None (no shape at all) when it holds a tagged union's members of two
+    /// classes: a shape with a hole there would keep hitting through the next run of one
+    /// class, read member by member, where the next payload learns that run's shape.
     #[allow(clippy::too_many_arguments)]
     fn nested(
         &self,
@@ -1043,25 +1087,52 @@ impl Schema {
         i: usize,
         value: *mut ffi::PyObject,
         depth: usize,
-    ) -> ShapePiece {
+    ) -> Option<ShapePiece> {
         let hole = ShapePiece::Field(i);
         if depth + 2 >= MAX_DEPTH {
-            return hole;
+            return Some(hole);
         }
         let (old_first, new_first) = (c.old[b.value.start], c.new[n.value.start]);
-        // (A tagged union's member stays a hole, read as the member-by-member path reads it.)
-        if old_first == b'{' && new_first == b'{' && node.mask & STRUCT != 0 && node.tags.is_none()
-        {
-            return self
-                .cut(
+        if old_first == b'{' && new_first == b'{' && node.mask & STRUCT != 0 {
+            // A tagged union's member: the class the member-by-member path built (its tag
+            // was the first key), whose tag member the cut keeps fixed, so that a hit has
+            // the same tag, first, and builds the same class.
+            let (index, tag) = match &node.tags {
+                None => (node.strukt, None),
+                Some(tags) => {
+                    // SAFETY: `value` is the Struct built from this member (borrowed).
+                    let cls = unsafe { ffi::Py_TYPE(value) }.cast::<ffi::PyObject>();
+                    let found = tags
+                        .classes
+                        .values()
+                        .find(|&&k| self.structs[k].cls.as_ptr() == cls);
+                    let Some(&index) = found else {
+                        return Some(hole);
+                    };
+                    let tag_of = |payload: &[u8], at: &std::ops::Range<usize>| {
+                        let first = members(payload, at.clone())?.into_iter().next()?;
+                        Some(payload[first.value].to_vec())
+                    };
+                    match (tag_of(c.old, &b.value), tag_of(c.new, &n.value)) {
+                        (Some(old), Some(new)) if old != new => return None,
+                        (Some(_), Some(_)) => {}
+                        _ => return Some(hole),
+                    }
+                    (index, Some(&tags.field[..]))
+                }
+            };
+            return Some(
+                self.cut(
                     c,
                     b.value.clone(),
                     n.value.clone(),
-                    node.strukt,
+                    index,
                     value,
                     depth + 1,
+                    tag,
                 )
-                .map_or(hole, |inner| ShapePiece::Struct(i, Box::new(inner)));
+                .map_or(hole, |inner| ShapePiece::Struct(i, Box::new(inner))),
+            );
         }
         let item_node = node.item.as_deref();
         if old_first == b'[' && new_first == b'[' && node.mask & LIST != 0 {
@@ -1070,24 +1141,33 @@ impl Schema {
                 only_object(c.new, n.value.clone()),
                 item_node,
             ) else {
-                return hole;
+                return Some(hole);
             };
             if item_node.mask & STRUCT == 0 || item_node.tags.is_some() {
-                return hole;
+                return Some(hole);
             }
             // SAFETY: `value` is the list the member-by-member path built from this member,
             // of one item (a borrowed reference); read with the GIL held.
             let item = unsafe {
                 if ffi::PyList_Size(value) != 1 {
-                    return hole;
+                    return Some(hole);
                 }
                 ffi::PyList_GetItem(value, 0)
             };
-            return self
-                .cut(c, old_item, new_item, item_node.strukt, item, depth + 2)
-                .map_or(hole, |inner| ShapePiece::ListOfOne(i, Box::new(inner)));
+            return Some(
+                self.cut(
+                    c,
+                    old_item,
+                    new_item,
+                    item_node.strukt,
+                    item,
+                    depth + 2,
+                    None,
+                )
+                .map_or(hole, |inner| ShapePiece::ListOfOne(i, Box::new(inner))),
+            );
         }
-        hole
+        Some(hole)
     }
 
     /// Fills the fields not in `present` with their defaults (None: one is required).

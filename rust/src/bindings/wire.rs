@@ -109,7 +109,7 @@ fn describe(py: Python<'_>, cls: &Bound<'_, PyType>, described: &Bound<'_, PyAny
                 offset: slot.offset(),
                 at_default: match kind {
                     1 => AtDefault::Identity(default),
-                    2 => AtDefault::Equal(default),
+                    2 => AtDefault::equal(default),
                     3 => AtDefault::EmptyList,
                     4 => AtDefault::EmptyDict,
                     _ => AtDefault::Never,
