@@ -14,6 +14,7 @@ end, one JSON payload, accumulation).
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import msgspec
@@ -322,6 +323,33 @@ def test_encode_sse_cannot_inject_events(backend):
     (event,) = event_decoder(backend, "responses", "keep", None).feed(stream)
     again = event_decoder(backend, "responses", "keep", None).feed(encode_sse(event))
     assert builtins(again) == builtins([event])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("block", [b'{"type":"zzz","type":"text","text":""}', b'{"type":"zzz","text":"","type":"text"}'])
+def test_a_repeated_nested_tag_round_trips_as_the_tag_it_was_decoded_by(backend, block):
+    """msgspec picks a union member by an object's first ``type``, a generic decode keeps the last:
+    the unknown member says the type it was decoded by, so that what is written back (one key per
+    name) decodes the same (found by hypothesis)."""
+    stream = b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":' + block + b"}\n\n"
+    (event,) = event_decoder(backend, "anthropic", "keep", None).feed(stream)
+    assert (event.content_block.type, event.content_block.data["type"]) == ("zzz", "zzz")
+    again = event_decoder(backend, "anthropic", "keep", None).feed(encode_sse(event))
+    assert builtins(again) == builtins([event])
+
+
+def test_an_unknown_member_beyond_float_range_beside_bytes_that_are_not_utf8():
+    """Both backends keep such members (the wire pass reads the payload's structure with the
+    stdlib when msgspec refuses ``1e400``, bytes that are not UTF-8 included) and agree (found by
+    hypothesis)."""
+    stream = (b'data: {"content_index":1e400,"type":"response.code_interpreter_call_code.delta","sequence_number":7,'
+              b'"output_index":1,"\xe9tem_id":"ci_1","delta":" numpy"}\n\n')
+    seen = []
+    for backend in BACKENDS:
+        (event,) = event_decoder(backend, "responses", "raise", None).feed(stream)
+        seen.append((builtins([event]), rapidsse.extras(event), rapidsse.encode(event)))
+        assert rapidsse.extras(event) == {"content_index": math.inf, "\ufffdtem_id": "ci_1"}
+    assert all(one == seen[0] for one in seen)
 
 
 # --- accumulation -------------------------------------------------------------------------------

@@ -158,17 +158,18 @@ class TopLogprob(Model):
 
 # msgspec's message for an unknown tag, e.g. "Invalid value 'x' - at `$.output[0].type`". (A bad
 # Literal value reads "Invalid enum value", so it does not match.)
-_UNKNOWN_TAG_ERROR = re.compile(r"Invalid value '.*' - at `(\$.*)\.type`", re.DOTALL)
+_UNKNOWN_TAG_ERROR = re.compile(r"Invalid value '(.*)' - at `(\$.*)\.type`", re.DOTALL)
 _PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 _MAX_REPAIRS = 1000
 
 
-def _unknown_tag_location(error: msgspec.ValidationError) -> list[str | int] | None:
-    """The path to the object with an unknown nested tag named by ``error``, or None."""
+def _unknown_tag(error: msgspec.ValidationError) -> tuple[str, list[str | int]] | None:
+    """The unknown nested tag named by ``error`` (as msgspec read it: the raw string) and the path
+    to its object, or None."""
     match = _UNKNOWN_TAG_ERROR.fullmatch(str(error))
     if match is None:
         return None
-    path = match.group(1)[1:]  # drop the leading "$"
+    path = match.group(2)[1:]  # drop the leading "$"
     steps: list[str | int] = []
     pos = 0
     while pos < len(path):
@@ -177,7 +178,7 @@ def _unknown_tag_location(error: msgspec.ValidationError) -> list[str | int] | N
             return None
         steps.append(step.group(1) if step.group(1) is not None else int(step.group(2)))
         pos = step.end()
-    return steps or None  # [] is the top level: the caller's business
+    return (match.group(1), steps) if steps else None  # [] is the top level: the caller's business
 
 
 def decode_lenient(buf: bytes | bytearray | memoryview | str, type: Any) -> Any:
@@ -204,9 +205,10 @@ def decode_lenient(buf: bytes | bytearray | memoryview | str, type: Any) -> Any:
     # the error at each wrapped place, to raise if wrapping did not help (no unknown member there)
     wrapped: dict[tuple[str | int, ...], msgspec.ValidationError] = {}
     for _ in range(_MAX_REPAIRS):
-        location = _unknown_tag_location(error)
-        if location is None:
+        found = _unknown_tag(error)
+        if found is None:
             raise error
+        unknown_type, location = found
         if tuple(location) in wrapped:
             raise wrapped[tuple(location)]
         wrapped[tuple(location)] = error
@@ -215,7 +217,12 @@ def decode_lenient(buf: bytes | bytearray | memoryview | str, type: Any) -> Any:
         parent = document
         for step in location[:-1]:
             parent = parent[step]
-        unknown_type = parent[location[-1]]["type"]
+        # The tag msgspec read is the object's first "type"; a generic decode keeps the last. They
+        # differ only when the key is repeated: the data then says the type it was decoded by, so
+        # that the object written back decodes the same.
+        culprit = parent[location[-1]]
+        if culprit.get("type") != unknown_type:
+            parent[location[-1]] = {**culprit, "type": unknown_type}
         # its siblings of the same type in a list are just as unknown: wrap them in the same pass
         indices = range(len(parent)) if isinstance(parent, list) else [location[-1]]
         for index in indices:

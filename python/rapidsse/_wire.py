@@ -52,10 +52,14 @@ _decode_msgspec_lines = msgspec.json.Decoder().decode_lines
 def _decode_any(payload: Any) -> Any:
     """The payload decoded generically. msgspec's generic decoder refuses a number beyond float
     range (``1e400``) that its Struct decoder skips in an unknown member; the pass needs only the
-    structure and the keys (values are sliced from the payload), so the stdlib reads those."""
+    structure and the keys (values are sliced from the payload), so the stdlib reads those, and
+    bytes that are not UTF-8 (which msgspec skips unread in an unknown member too) as
+    surrogate escapes."""
     try:
         return _decode_msgspec(payload)
     except msgspec.ValidationError:
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            payload = bytes(payload).decode("utf-8", "surrogateescape")
         return _json.loads(payload)
 
 
