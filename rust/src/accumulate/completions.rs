@@ -27,10 +27,14 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::fast::{self, Raw};
 use super::{
-    error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError, Rejected, Str,
-    TextCap, DEFAULT_TEXT_CAP,
+    append_text, error_warning, is_done_marker, json, parse_event, position_by_index, raw_object,
+    AccumulateError, Rejected, Replaced, Str, TextCap, DEFAULT_TEXT_CAP,
 };
+
+/// The top-level fields later chunks replace when not null.
+const REPLACED: [&str; 2] = ["usage", "system_fingerprint"];
 
 /// The chunk fields read on every chunk; the first chunk is also parsed whole.
 #[derive(Deserialize)]
@@ -55,6 +59,8 @@ const LOGPROB_LISTS: [&str; 4] = ["tokens", "token_logprobs", "top_logprobs", "t
 pub struct CompletionsAccumulator {
     /// The top level from the first chunk; its `choices` value is a placeholder.
     completion: Option<Map<String, Value>>,
+    /// Replaced top-level fields not yet built into `completion` (the fast path's).
+    replaced: Replaced,
     choices: Vec<Map<String, Value>>,
     warnings: Vec<String>,
     unknown_events: u64,
@@ -79,6 +85,7 @@ impl CompletionsAccumulator {
     pub fn with_text_cap(limit: Option<usize>) -> Self {
         CompletionsAccumulator {
             completion: None,
+            replaced: Replaced::default(),
             choices: Vec::new(),
             warnings: Vec::new(),
             unknown_events: 0,
@@ -91,6 +98,21 @@ impl CompletionsAccumulator {
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         if is_done_marker(payload) {
             return Ok(());
+        }
+        if self.completion.is_some() && self.add_fast(payload).is_some() {
+            self.events += 1;
+            return self.cap.check(self.events - 1);
+        }
+        self.add_general(payload)
+    }
+
+    /// [`add_json`](Self::add_json) without the fast path (its reference, in the tests).
+    fn add_general(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+        if is_done_marker(payload) {
+            return Ok(());
+        }
+        if let Some(completion) = &mut self.completion {
+            self.replaced.flush(completion);
         }
         let chunk: Chunk<'_> = match parse_event(payload, self.events) {
             Ok(chunk) => chunk,
@@ -146,52 +168,124 @@ impl CompletionsAccumulator {
         self.cap.check(self.events - 1)
     }
 
+    /// A later chunk the usual way round (see `docs/internals.md`): read with the tap's reader,
+    /// each choice's text appended without building it, `usage` and `system_fingerprint` kept
+    /// as JSON (see [`Replaced`]), the other choice fields built. `None` (nothing changed) for
+    /// anything else: the first chunk, an error chunk, another `object`, a malformed chunk, a
+    /// `choices` that is not an array of objects, an `index` that is not a plain integer, a
+    /// field twice, or whatever the reader leaves to serde. The chunk is read twice: once
+    /// checking every read that can fail, then applied (the same reads, which then succeed).
+    fn add_fast(&mut self, payload: &[u8]) -> Option<()> {
+        let mut top: [Option<Raw<'_>>; 2] = [None; 2];
+        let mut choices = None;
+        let mut seen = 0u8;
+        fast::entries(payload, |key, value| {
+            let n = match key {
+                "usage" => 0,
+                "system_fingerprint" => 1,
+                "choices" => 2,
+                "error" => 3,
+                "object" => 4,
+                _ => return Some(()),
+            };
+            if seen & (1 << n) != 0 {
+                return None;
+            }
+            seen |= 1 << n;
+            match n {
+                2 => choices = Some(value),
+                3 => return value.is_null().then_some(()),
+                4 => {
+                    return (value.json() == "\"text_completion\"" || value.is_null()).then_some(())
+                }
+                n => top[n] = Some(value),
+            }
+            Some(())
+        })?;
+        if !Replaced::can_keep(&top) {
+            return None;
+        }
+        if let Some(choices) = choices.filter(|c| !c.is_null()) {
+            choices.items(|c| self.fast_choice(c, false))?;
+            choices.items(|c| self.fast_choice(c, true))?;
+        }
+        let completion = self.completion.as_mut()?;
+        for (key, raw) in REPLACED.into_iter().zip(top) {
+            if let Some(raw) = raw {
+                self.replaced.keep(completion, key, raw);
+            }
+        }
+        Some(())
+    }
+
+    /// One choice of [`add_fast`](Self::add_fast): checked (`apply` false: nothing changes) or
+    /// applied, as [`add_choice`](Self::add_choice) applies it.
+    fn fast_choice(&mut self, choice: Raw<'_>, apply: bool) -> Option<()> {
+        let mut index = None;
+        let mut keys: [&str; 8] = [""; 8];
+        let mut n = 0;
+        choice.entries(|key, value| {
+            // A repeated key: serde's map keeps the last value, at the first one's place.
+            if keys[..n].contains(&key) || n == keys.len() {
+                return None;
+            }
+            keys[n] = key;
+            n += 1;
+            if key == "index" {
+                index = Some(value.unsigned()?);
+            } else if !apply && !value.is_null() {
+                if key == "text" && value.first() == b'"' {
+                    value.string()?;
+                } else {
+                    value.build()?;
+                }
+            }
+            Some(())
+        })?;
+        if !apply {
+            return Some(());
+        }
+        let at = self.choice(index.unwrap_or(0));
+        let (ours, cap) = (&mut self.choices[at], &mut self.cap);
+        choice.entries(|key, value| {
+            match (key, value.first()) {
+                ("index", _) | (_, b'n') => {}
+                ("text", b'"') => append_text(ours, "text", &value.string()?, cap),
+                ("text", _) => {}
+                ("finish_reason", b'"') if value.json() == "\"\"" => {}
+                (key, _) => set_field(ours, key.to_owned(), value.build()?),
+            }
+            Some(())
+        })
+    }
+
+    /// Where the choice `index` is, created (`{index, text: "", logprobs: null,
+    /// finish_reason: null}`) if new.
+    fn choice(&mut self, index: u64) -> usize {
+        position_by_index(&self.choices, index).unwrap_or_else(|| {
+            let mut fresh = Map::new();
+            fresh.insert("index".to_owned(), Value::from(index));
+            fresh.insert("text".to_owned(), Value::String(String::new()));
+            fresh.insert("logprobs".to_owned(), Value::Null);
+            fresh.insert("finish_reason".to_owned(), Value::Null);
+            self.choices.push(fresh);
+            self.choices.len() - 1
+        })
+    }
+
     fn add_choice(&mut self, fields: Map<String, Value>) {
         let index = fields.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let has = |c: &Map<String, Value>| c.get("index").and_then(Value::as_u64) == Some(index);
-        let position = match self.choices.get(index as usize) {
-            Some(c) if has(c) => Some(index as usize),
-            _ => self.choices.iter().position(has),
-        };
-        let choice = match position {
-            Some(p) => &mut self.choices[p],
-            None => {
-                let mut fresh = Map::new();
-                fresh.insert("index".to_owned(), Value::from(index));
-                fresh.insert("text".to_owned(), Value::String(String::new()));
-                fresh.insert("logprobs".to_owned(), Value::Null);
-                fresh.insert("finish_reason".to_owned(), Value::Null);
-                self.choices.push(fresh);
-                self.choices.last_mut().expect("just pushed")
-            }
-        };
+        let at = self.choice(index);
+        let choice = &mut self.choices[at];
         for (key, value) in fields {
             match (key.as_str(), value) {
                 ("index", _) | (_, Value::Null) => {}
-                ("text", Value::String(piece)) => match choice.get_mut("text") {
-                    Some(Value::String(text)) => {
-                        if self.cap.admits(text.len(), piece.len()) {
-                            text.push_str(&piece);
-                        }
-                    }
-                    _ => {
-                        if self.cap.admits(0, piece.len()) {
-                            choice.insert(key, Value::String(piece));
-                        }
-                    }
-                },
-                ("text", _) => {}
-                ("logprobs", Value::Object(new)) => match choice.get_mut("logprobs") {
-                    Some(Value::Object(ours)) => merge_logprobs(ours, new),
-                    _ => {
-                        choice.insert(key, Value::Object(new));
-                    }
-                },
-                ("logprobs", _) => {}
-                ("finish_reason", Value::String(s)) if s.is_empty() => {}
-                (_, value) => {
-                    choice.insert(key, value);
+                ("text", Value::String(piece)) => {
+                    append_text(choice, "text", &piece, &mut self.cap)
                 }
+                ("text", _) => {}
+                ("finish_reason", Value::String(s)) if s.is_empty() => {}
+                (_, value) => set_field(choice, key, value),
             }
         }
     }
@@ -204,7 +298,7 @@ impl CompletionsAccumulator {
             if key == "choices" {
                 json::write_objects(out, &self.choices);
             } else {
-                json::write_value(out, value);
+                self.replaced.write(out, key, value);
             }
         });
         Some(out)
@@ -242,6 +336,23 @@ fn first_top_level(payload: &[u8]) -> Map<String, Value> {
         top.entry(key).or_insert(default);
     }
     top
+}
+
+/// A choice field (not `index`, `text`, null, or an empty `finish_reason`) applied to the choice:
+/// `logprobs` (an object) merged, a `logprobs` of another type ignored, any other field set.
+fn set_field(choice: &mut Map<String, Value>, key: String, value: Value) {
+    match (key.as_str(), value) {
+        ("logprobs", Value::Object(new)) => match choice.get_mut("logprobs") {
+            Some(Value::Object(ours)) => merge_logprobs(ours, new),
+            _ => {
+                choice.insert(key, Value::Object(new));
+            }
+        },
+        ("logprobs", _) => {}
+        (_, value) => {
+            choice.insert(key, value);
+        }
+    }
 }
 
 /// Appends a chunk's logprobs lists to the choice's (see the module docs).
@@ -319,6 +430,83 @@ mod tests {
         assert_eq!(got["object"], "text_completion");
         assert!(acc.add_json(b"\"text\"").is_err());
         assert!(acc.add_json(b"{\"choices\":").is_err());
+    }
+
+    /// Feeds `lines` through the fast path and through the general one alone: the same results,
+    /// errors, warnings and counts, chunk by chunk.
+    fn agree(lines: &[&[u8]], cap: Option<usize>) {
+        let mut fast = CompletionsAccumulator::with_text_cap(cap);
+        let mut general = CompletionsAccumulator::with_text_cap(cap);
+        for line in lines {
+            assert_eq!(
+                fast.add_json(line),
+                general.add_general(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert_eq!(fast.events(), general.events());
+        }
+        assert_eq!(fast.snapshot_json(), general.snapshot_json());
+        assert_eq!(fast.warnings(), general.warnings());
+        assert_eq!(fast.unknown_events(), general.unknown_events());
+    }
+
+    const CHUNKS: [&str; 6] = [
+        r#"{"id":"c1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"Hel","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
+        r#"{"id":"c1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"lo\n\u00e9\ud83d\ude00","logprobs":{"tokens":["lo"],"token_logprobs":[-0.25],"top_logprobs":[{"lo":-0.25}],"text_offset":[3]},"finish_reason":null,"stop_reason":null}],"usage":null,"vendor":{"a":[1,2.5]}}"#,
+        r#"{"id":"c1","object":"text_completion","created":7,"model":"m","choices":[{"index":1,"text":"Bye","finish_reason":"","seed":3},{"text":" there","logprobs":{"tokens":[],"extra":1}}],"system_fingerprint":"fp"}"#,
+        r#"{"id":"c1","created":7,"model":"m","choices":[{"index":1,"text":"","finish_reason":"stop","stop_reason":"\n","logprobs":7},{"index":0,"text":5}],"usage":{"prompt_tokens":2}}"#,
+        r#"{"id":"c1","object":null,"choices":[{"index":0,"text":"!","finish_reason":"length"}],"usage":{"prompt_tokens":2,"total_tokens":5},"system_fingerprint":"fp","error":null}"#,
+        "[DONE]",
+    ];
+
+    #[test]
+    fn fast_path_agrees_with_the_general_one() {
+        let chunks: Vec<&[u8]> = CHUNKS.iter().map(|c| c.as_bytes()).collect();
+        // Every chunk but the first (and `[DONE]`) goes the fast way.
+        let mut acc = CompletionsAccumulator::new();
+        acc.add_json(chunks[0]).unwrap();
+        for chunk in chunks[1..].iter().filter(|c| !is_done_marker(c)) {
+            assert!(
+                acc.add_fast(chunk).is_some(),
+                "{}",
+                String::from_utf8_lossy(chunk)
+            );
+        }
+        for cap in [None, Some(6), Some(1 << 20)] {
+            agree(&chunks, cap);
+        }
+        let mut odd = chunks.clone();
+        for extra in [
+            &br#"{"error":{"message":"busy"}}"#[..],
+            br#"{"object":"chat.completion.chunk","choices":[{"text":"x"}]}"#,
+            br#"{"object":5,"choices":[]}"#,
+            br#"{"object":"text_completion","object":"text_completion"}"#,
+            br#"{"choices":[{"index":0,"index":1}]}"#,
+            br#"{"choices":[{"index":-1,"text":"x"}]}"#,
+            br#"{"choices":[{"text":"y","text":"z"}]}"#,
+            br#"{"choices":{"text":"y"}}"#,
+            br#"{"choices":[3,{"text":"w"}]}"#,
+            br#"{"usage":{"n":1e400}}"#,
+            br#"{"usage":{"n":-0}}"#,
+            br#"{"system_fingerprint":"f\ud800"}"#,
+            b"{\"choices\":[]}\r",
+            b"\"text\"",
+        ] {
+            odd.insert(3, extra);
+        }
+        agree(&odd, None);
+    }
+
+    #[test]
+    fn fast_path_agrees_on_mutated_chunks() {
+        for at in 1..CHUNKS.len() - 1 {
+            for mutated in crate::accumulate::mutations(CHUNKS[at].as_bytes()) {
+                let mut lines: Vec<&[u8]> = CHUNKS.iter().map(|c| c.as_bytes()).collect();
+                lines[at] = &mutated;
+                agree(&lines, Some(8));
+            }
+        }
     }
 
     #[test]

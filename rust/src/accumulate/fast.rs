@@ -1080,6 +1080,202 @@ pub(crate) fn object(json: &str) -> Option<Map<String, Value>> {
     (r.pos == r.buf.len()).then_some(map)
 }
 
+/// A JSON value inside a payload read by [`entries`]: validated, not built. Read it with its
+/// methods, which use this reader's own (so a value reads as it would inside an event).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Raw<'a>(&'a str);
+
+impl<'a> Raw<'a> {
+    fn reader(self) -> Reader<'a> {
+        Reader {
+            buf: self.0.as_bytes(),
+            text: self.0,
+            pos: 0,
+        }
+    }
+
+    /// The value's JSON text, as it came.
+    pub(crate) fn json(self) -> &'a str {
+        self.0
+    }
+
+    pub(crate) fn is_null(self) -> bool {
+        self.0 == "null"
+    }
+
+    /// The first byte (`"`, `{`, `[`, a digit, `-`, `t`, `f` or `n`).
+    pub(crate) fn first(self) -> u8 {
+        self.0.as_bytes()[0]
+    }
+
+    /// A string's text (unescaped); `None` if not a string.
+    pub(crate) fn string(self) -> Option<Cow<'a, str>> {
+        let mut r = self.reader();
+        (r.peek()? == b'"').then(|| r.string())?
+    }
+
+    /// A plain non-negative integer that fits `u64`; `None` for anything else.
+    pub(crate) fn unsigned(self) -> Option<u64> {
+        let mut r = self.reader();
+        let n = r.unsigned()?;
+        (r.pos == r.buf.len()).then_some(n)
+    }
+
+    /// `true` / `false`; `None` for anything else.
+    pub(crate) fn boolean(self) -> Option<bool> {
+        match self.0 {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The value as serde_json builds it; `None` when serde must decide (see [`object`]).
+    pub(crate) fn build(self) -> Option<Value> {
+        self.reader().build(0)
+    }
+
+    /// Whether serde_json reads this value as a `Value` (every number finite and, for an
+    /// integer, at most 19 digits): then `serde_json::from_str::<Value>(raw.json())` succeeds.
+    pub(crate) fn buildable(self) -> bool {
+        Lexer::new(self.0.as_bytes())
+            .skip_buildable_value(0)
+            .is_some()
+    }
+
+    /// An object's entries in order, as [`entries`] reads a payload's; `None` if not an object
+    /// (or when serde must decide).
+    pub(crate) fn entries(self, f: impl FnMut(&'a str, Raw<'a>) -> Option<()>) -> Option<()> {
+        self.reader().entries::<true>(f)
+    }
+
+    /// An array's items in order; `None` if not an array (or when serde must decide).
+    pub(crate) fn items(self, mut f: impl FnMut(Raw<'a>) -> Option<()>) -> Option<()> {
+        let mut r = self.reader();
+        r.eat(b'[')?;
+        if r.next_byte()? == b']' {
+            return Some(());
+        }
+        loop {
+            f(r.raw::<true>()?)?;
+            match r.next_byte()? {
+                b',' => r.pos += 1,
+                b']' => return Some(()),
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Reads the payload `payload`, one JSON object, entry by entry: `f` gets each key (one
+/// without escapes) and its value, validated, not built. `None` (perhaps after some calls of
+/// `f`) when `f` says so or serde must decide: what [`Reader::checked`] refuses, an escaped
+/// key, anything invalid, anything after the object but spaces. So a caller acts only once
+/// this returns `Some`.
+///
+/// The accumulators' fast paths read a chunk with it: they look at the fields they need, and
+/// build (or keep as JSON) only those (`docs/internals.md`).
+pub(crate) fn entries<'a>(
+    payload: &'a [u8],
+    f: impl FnMut(&'a str, Raw<'a>) -> Option<()>,
+) -> Option<()> {
+    let mut r = Reader::checked(payload)?;
+    r.skip_spaces();
+    r.entries::<false>(f)?;
+    r.skip_spaces();
+    (r.pos == r.buf.len()).then_some(())
+}
+
+impl<'a> Reader<'a> {
+    /// The object at the reader's position, entry by entry (see [`entries`]). `KNOWN`: inside a
+    /// value [`entries`] validated, so values are skipped by [`skip_known`](Self::skip_known).
+    fn entries<const KNOWN: bool>(
+        &mut self,
+        mut f: impl FnMut(&'a str, Raw<'a>) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(b'{')?;
+        if self.next_byte()? == b'}' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            self.next_byte()?;
+            let key = self.plain_key()?;
+            if self.next_byte()? != b':' {
+                return None;
+            }
+            self.pos += 1;
+            let value = self.raw::<KNOWN>()?;
+            // SAFETY: a key is delimited by ASCII quotes in text that is UTF-8.
+            f(unsafe { std::str::from_utf8_unchecked(key) }, value)?;
+            match self.next_byte()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The value at the reader's position (after spaces), validated (unless `KNOWN`: see
+    /// [`entries`](Self::entries)) and skipped.
+    fn raw<const KNOWN: bool>(&mut self) -> Option<Raw<'a>> {
+        self.next_byte()?;
+        let start = self.pos;
+        if KNOWN {
+            self.skip_known()?;
+        } else {
+            self.skip_value()?;
+        }
+        Some(Raw(&self.text[start..self.pos]))
+    }
+
+    /// Skips a value known to be valid JSON (part of one that [`skip_value`](Self::skip_value)
+    /// validated): only its strings and brackets are looked at, to find its end.
+    fn skip_known(&mut self) -> Option<()> {
+        let buf = self.buf;
+        let mut i = self.pos;
+        let mut depth = 0usize;
+        loop {
+            match *buf.get(i)? {
+                b'"' => {
+                    let mut at = i + 1;
+                    loop {
+                        let stop = quote_or_backslash(buf, at)?;
+                        if buf[stop] == b'"' {
+                            i = stop + 1;
+                            break;
+                        }
+                        at = stop + 2; // the escaped byte (`\u` digits are not quotes)
+                    }
+                }
+                b'{' | b'[' => {
+                    depth += 1;
+                    i += 1;
+                    continue;
+                }
+                b'}' | b']' => {
+                    depth = depth.checked_sub(1)?;
+                    i += 1;
+                }
+                // A scalar: to the byte that ends it.
+                _ if depth == 0 => {
+                    while !matches!(buf.get(i), None | Some(b',' | b'}' | b']' | b' ')) {
+                        i += 1;
+                    }
+                }
+                _ => i += 1,
+            }
+            if depth == 0 {
+                self.pos = i;
+                return Some(());
+            }
+        }
+    }
+}
+
 fn str_slot<'e, 'a>(ev: &'e mut StreamEvent<'a>, n: usize) -> &'e mut Option<Str<'a>> {
     match n {
         0 => &mut ev.kind,

@@ -35,10 +35,20 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::fast::{self, Raw};
 use super::{
-    error_warning, json, parse_event, raw_object, AccumulateError, Rejected, TextCap,
-    DEFAULT_TEXT_CAP,
+    error_warning, json, parse_event, position_by_index, raw_object, AccumulateError, Rejected,
+    Replaced, TextCap, DEFAULT_TEXT_CAP,
 };
+
+/// The top-level fields later chunks replace when not null.
+const REPLACED: [&str; 5] = [
+    "usageMetadata",
+    "modelVersion",
+    "responseId",
+    "promptFeedback",
+    "createTime",
+];
 
 /// The chunk fields read on every chunk; the first chunk is also parsed whole.
 #[derive(Deserialize)]
@@ -65,6 +75,8 @@ struct Chunk<'a> {
 pub struct GeminiAccumulator {
     /// The top level from the first chunk; its `candidates` value is a placeholder.
     response: Option<Map<String, Value>>,
+    /// Replaced top-level fields not yet built into `response` (the fast path's).
+    replaced: Replaced,
     candidates: Vec<Map<String, Value>>,
     warnings: Vec<String>,
     unknown_events: u64,
@@ -89,6 +101,7 @@ impl GeminiAccumulator {
     pub fn with_text_cap(limit: Option<usize>) -> Self {
         GeminiAccumulator {
             response: None,
+            replaced: Replaced::default(),
             candidates: Vec::new(),
             warnings: Vec::new(),
             unknown_events: 0,
@@ -99,6 +112,18 @@ impl GeminiAccumulator {
 
     /// One chunk's JSON payload (the SSE `data`).
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+        if self.response.is_some() && self.add_fast(payload).is_some() {
+            self.events += 1;
+            return self.cap.check(self.events - 1);
+        }
+        self.add_general(payload)
+    }
+
+    /// [`add_json`](Self::add_json) without the fast path (its reference, in the tests).
+    fn add_general(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+        if let Some(response) = &mut self.response {
+            self.replaced.flush(response);
+        }
         let chunk: Chunk<'_> = match parse_event(payload, self.events) {
             Ok(chunk) => chunk,
             Err(Rejected::Error(e)) => return Err(e),
@@ -153,23 +178,119 @@ impl GeminiAccumulator {
         self.cap.check(self.events - 1)
     }
 
+    /// A later chunk the usual way round (see `docs/internals.md`): read with the tap's reader,
+    /// building only the parts that are not joined text and the candidate fields that replace
+    /// others, and keeping replaced top-level fields as JSON (see [`Replaced`]). `None` (nothing
+    /// changed) for anything else: the first chunk, an error chunk, a malformed one, a
+    /// `candidates` that is not an array of objects, an `index` that is not a plain integer,
+    /// a field twice, or whatever the reader leaves to serde. The chunk is read twice: once
+    /// checking every read that can fail, then applied (the same reads, which then succeed).
+    fn add_fast(&mut self, payload: &[u8]) -> Option<()> {
+        let mut top: [Option<Raw<'_>>; 5] = [None; 5];
+        let mut candidates = None;
+        let mut seen = 0u8;
+        fast::entries(payload, |key, value| {
+            let n = match key {
+                "candidates" => 5,
+                "error" => 6,
+                _ => match REPLACED.iter().position(|k| *k == key) {
+                    Some(n) => n,
+                    None => return Some(()),
+                },
+            };
+            if seen & (1 << n) != 0 {
+                return None;
+            }
+            seen |= 1 << n;
+            match n {
+                5 => candidates = Some(value),
+                6 => return value.is_null().then_some(()),
+                n => top[n] = Some(value),
+            }
+            Some(())
+        })?;
+        if !Replaced::can_keep(&top) {
+            return None;
+        }
+        if let Some(candidates) = candidates.filter(|c| !c.is_null()) {
+            candidates.items(|c| self.fast_candidate(c, false))?;
+            candidates.items(|c| self.fast_candidate(c, true))?;
+        }
+        let response = self.response.as_mut()?;
+        for (key, raw) in REPLACED.into_iter().zip(top) {
+            if let Some(raw) = raw {
+                self.replaced.keep(response, key, raw);
+            }
+        }
+        Some(())
+    }
+
+    /// One candidate of [`add_fast`](Self::add_fast): checked (`apply` false: nothing changes)
+    /// or applied.
+    fn fast_candidate(&mut self, candidate: Raw<'_>, apply: bool) -> Option<()> {
+        let (mut index, mut seen) = (None, 0u8);
+        candidate.entries(|key, value| {
+            let bit = match key {
+                "index" => 1,
+                "content" => 2,
+                _ => {
+                    if !apply && !value.is_null() {
+                        value.build()?;
+                    }
+                    return Some(());
+                }
+            };
+            if seen & bit != 0 {
+                return None;
+            }
+            seen |= bit;
+            if bit == 1 {
+                index = Some(value.unsigned()?);
+            } else if !apply && value.first() == b'{' {
+                fast_content(value, None, &mut self.cap)?;
+            }
+            Some(())
+        })?;
+        if !apply {
+            return Some(());
+        }
+        let candidate_at = self.candidate(index.unwrap_or(0));
+        let cap = &mut self.cap;
+        let ours = &mut self.candidates[candidate_at];
+        candidate.entries(|key, value| {
+            match key {
+                "index" => {}
+                "content" => {
+                    if let (b'{', Some(Value::Object(content))) =
+                        (value.first(), ours.get_mut("content"))
+                    {
+                        fast_content(value, Some(content), cap)?;
+                    }
+                }
+                _ if value.is_null() => {}
+                _ => {
+                    ours.insert(key.to_owned(), value.build()?);
+                }
+            }
+            Some(())
+        })
+    }
+
+    /// Where the candidate `index` is, created (`{content: {}, index}`) if new.
+    fn candidate(&mut self, index: u64) -> usize {
+        position_by_index(&self.candidates, index).unwrap_or_else(|| {
+            let mut fresh = Map::new();
+            fresh.insert("content".to_owned(), Value::Object(Map::new()));
+            fresh.insert("index".to_owned(), Value::from(index));
+            self.candidates.push(fresh);
+            self.candidates.len() - 1
+        })
+    }
+
     fn add_candidate(&mut self, mut fields: Map<String, Value>) {
         let index = fields.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let has = |c: &Map<String, Value>| c.get("index").and_then(Value::as_u64) == Some(index);
-        let position = match self.candidates.get(index as usize) {
-            Some(c) if has(c) => Some(index as usize),
-            _ => self.candidates.iter().position(has),
-        };
-        let candidate = match position {
-            Some(p) => &mut self.candidates[p],
-            None => {
-                let mut fresh = Map::new();
-                fresh.insert("content".to_owned(), Value::Object(Map::new()));
-                fresh.insert("index".to_owned(), Value::from(index));
-                self.candidates.push(fresh);
-                self.candidates.last_mut().expect("just pushed")
-            }
-        };
+        let at = self.candidate(index);
+        let candidate = &mut self.candidates[at];
         let content = fields.shift_remove("content");
         for (key, value) in fields {
             if key != "index" && !value.is_null() {
@@ -191,7 +312,7 @@ impl GeminiAccumulator {
             if key == "candidates" {
                 json::write_objects(out, &self.candidates);
             } else {
-                json::write_value(out, value);
+                self.replaced.write(out, key, value);
             }
         });
         Some(out)
@@ -235,6 +356,159 @@ fn merge_content(ours: &mut Map<String, Value>, content: Map<String, Value>, cap
     }
 }
 
+/// A chunk's `content` (an object) merged into `ours` as [`merge_content`] merges it, built
+/// only where it is kept; `ours` None: only checked (every read that can fail is made).
+fn fast_content(
+    content: Raw<'_>,
+    mut ours: Option<&mut Map<String, Value>>,
+    cap: &mut TextCap,
+) -> Option<()> {
+    let mut parts_seen = false;
+    content.entries(|key, value| {
+        if key == "parts" {
+            // A repeated key: serde's map keeps the last value, at the first one's place.
+            if std::mem::replace(&mut parts_seen, true) {
+                return None;
+            }
+            if value.first() != b'[' {
+                return Some(());
+            }
+            let Some(ours) = ours.as_deref_mut() else {
+                return value.items(|part| fast_part(part, None, cap));
+            };
+            let entry = ours
+                .entry("parts")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            let Value::Array(list) = entry else {
+                return Some(());
+            };
+            return value.items(|part| fast_part(part, Some(list), cap));
+        }
+        if value.is_null() {
+            return Some(());
+        }
+        match ours.as_deref_mut() {
+            None => {
+                value.build()?;
+            }
+            Some(ours) => {
+                // The usual `role: "model"`, unchanged, is not built again.
+                if let (Some(Value::String(s)), Some(text)) = (ours.get(key), value.string()) {
+                    if *s == text {
+                        return Some(());
+                    }
+                }
+                ours.insert(key.to_owned(), value.build()?);
+            }
+        }
+        Some(())
+    })
+}
+
+/// One part merged into `parts` as [`merge_part`] merges it; a text part is not built unless
+/// it starts a new part. `parts` None: only checked.
+fn fast_part(part: Raw<'_>, parts: Option<&mut Vec<Value>>, cap: &mut TextCap) -> Option<()> {
+    // A text part's entries (at most three, each key once), else None.
+    let mut entries: [(&str, Raw<'_>); 3] = [("", part); 3];
+    let mut n = 0;
+    let (mut text, mut thought, mut signature) = (None, false, None);
+    let mut is_text = part.first() == b'{';
+    if is_text {
+        part.entries(|key, value| {
+            if !is_text {
+                return Some(());
+            }
+            let known = match key {
+                "text" if value.first() == b'"' => {
+                    text = Some(value.string()?);
+                    true
+                }
+                "thought" => match value.boolean() {
+                    Some(b) => {
+                        thought = b;
+                        true
+                    }
+                    None => value.is_null(),
+                },
+                "thoughtSignature" if value.is_null() => true,
+                "thoughtSignature" if value.first() == b'"' => {
+                    signature = Some(value.string()?);
+                    true
+                }
+                _ => false,
+            };
+            if !known || entries[..n].iter().any(|(k, _)| *k == key) {
+                is_text = false;
+            } else {
+                entries[n] = (key, value);
+                n += 1;
+            }
+            Some(())
+        })?;
+    }
+    let Some(text) = text.filter(|_| is_text) else {
+        let value = part.build()?;
+        if let Some(parts) = parts {
+            merge_part(parts, value, cap);
+        }
+        return Some(());
+    };
+    let Some(parts) = parts else {
+        return Some(());
+    };
+    let build = || {
+        let mut map = Map::new();
+        for &(key, value) in &entries[..n] {
+            let value = match key {
+                "text" => Value::String(text.clone().into_owned()),
+                "thought" => value.boolean().map_or(Value::Null, Value::Bool),
+                _ => signature
+                    .as_ref()
+                    .map_or(Value::Null, |s| Value::String(s.clone().into_owned())),
+            };
+            map.insert(key.to_owned(), value);
+        }
+        map
+    };
+    merge_text_part(parts, thought, &text, signature.as_deref(), build, cap);
+    Some(())
+}
+
+/// Joins a text part of kind `thought` (its text and signature) to the last part of `parts`
+/// when that is a text part of the same kind and at most one of them has a signature; else
+/// appends it, built by `build`, its text cleared when over the cap (see the module docs).
+fn merge_text_part(
+    parts: &mut Vec<Value>,
+    thought: bool,
+    text: &str,
+    signature: Option<&str>,
+    build: impl FnOnce() -> Map<String, Value>,
+    cap: &mut TextCap,
+) {
+    if let Some(Value::Object(last)) = parts.last_mut() {
+        if text_kind(last) == Some(thought)
+            && (self::signature(last).is_none() || signature.is_none())
+        {
+            if let Some(Value::String(ours)) = last.get_mut("text") {
+                if cap.admits(ours.len(), text.len()) {
+                    ours.push_str(text);
+                }
+            }
+            if let Some(sig) = signature {
+                last.insert("thoughtSignature".to_owned(), Value::String(sig.to_owned()));
+            }
+            return;
+        }
+    }
+    let mut part = build();
+    if let Some(Value::String(text)) = part.get_mut("text") {
+        if !cap.admits(0, text.len()) {
+            text.clear();
+        }
+    }
+    parts.push(Value::Object(part));
+}
+
 /// The kind of a text part (whether it is a thought), None when `part` is not one.
 fn text_kind(part: &Map<String, Value>) -> Option<bool> {
     if !part.get("text").is_some_and(Value::is_string) {
@@ -258,7 +532,7 @@ fn signature(part: &Map<String, Value>) -> Option<&Value> {
 
 /// Appends `part` to `parts`, or joins it to the last part (see the module docs).
 fn merge_part(parts: &mut Vec<Value>, part: Value, cap: &mut TextCap) {
-    let Value::Object(mut part) = part else {
+    let Value::Object(part) = part else {
         parts.push(part);
         return;
     };
@@ -266,38 +540,15 @@ fn merge_part(parts: &mut Vec<Value>, part: Value, cap: &mut TextCap) {
         parts.push(Value::Object(part));
         return;
     };
-    if let Some(Value::Object(last)) = parts.last_mut() {
-        if text_kind(last) == Some(kind)
-            && (signature(last).is_none() || signature(&part).is_none())
-        {
-            if let (Some(Value::String(text)), Some(Value::String(add))) =
-                (last.get_mut("text"), part.get("text"))
-            {
-                if cap.admits(text.len(), add.len()) {
-                    text.push_str(add);
-                }
-            }
-            if let Some(sig) = part
-                .shift_remove("thoughtSignature")
-                .filter(|s| !s.is_null())
-            {
-                last.insert("thoughtSignature".to_owned(), sig);
-            }
-            return;
-        }
-    }
-    if let Some(Value::String(text)) = part.get_mut("text") {
-        if !cap.admits(0, text.len()) {
-            text.clear();
-        }
-    }
-    parts.push(Value::Object(part));
+    let text = part.get("text").and_then(Value::as_str).unwrap_or_default();
+    let sig = signature(&part).and_then(Value::as_str);
+    merge_text_part(parts, kind, text, sig, || part.clone(), cap);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accumulate::corpus_lines;
+    use crate::accumulate::{corpus_lines, is_done_marker};
 
     fn accumulate(lines: &[&str]) -> Value {
         let mut acc = GeminiAccumulator::new();
@@ -382,6 +633,97 @@ mod tests {
             .unwrap();
         let got: Value = serde_json::from_slice(&acc.snapshot_json().unwrap()).unwrap();
         assert_eq!(got["candidates"][0]["content"]["parts"][0]["text"], "abcd");
+    }
+
+    /// Feeds `lines` through the fast path and through the general one alone: the same results,
+    /// errors, warnings and counts, chunk by chunk.
+    fn agree(lines: &[&[u8]], cap: Option<usize>) {
+        let mut fast = GeminiAccumulator::with_text_cap(cap);
+        let mut general = GeminiAccumulator::with_text_cap(cap);
+        for line in lines {
+            assert_eq!(
+                fast.add_json(line),
+                general.add_general(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert_eq!(fast.events(), general.events());
+        }
+        assert_eq!(fast.snapshot_json(), general.snapshot_json());
+        assert_eq!(fast.warnings(), general.warnings());
+        assert_eq!(fast.unknown_events(), general.unknown_events());
+    }
+
+    const CHUNKS: [&str; 6] = [
+        r#"{"candidates": [{"content": {"parts": [{"text": "Let","thought": true}],"role": "model"},"index": 0}],"usageMetadata": {"promptTokenCount": 5,"totalTokenCount": 5},"modelVersion": "m1","responseId": "r1"}"#,
+        r#"{"candidates": [{"content": {"parts": [{"text": " me\n\u00e9\ud83d\ude00","thought": true}],"role": "model"},"index": 0}],"usageMetadata": {"promptTokenCount": 5,"totalTokenCount": 7,"details": [{"modality": "TEXT","tokenCount": 2}]},"modelVersion": "m1","responseId": "r1","vendor": {"x": [1, 2.5e3]}}"#,
+        r#"{"candidates": [{"content": {"parts": [{"text": "Hel","thought": null,"thoughtSignature": null},{"functionCall": {"name": "f","args": {"a": 1}},"thoughtSignature": "s1"}],"role": "model","extra": 1},"index": 0,"safetyRatings": []},{"content": {"parts": [{"text": "B"}]},"index": 1}],"usageMetadata": {"totalTokenCount": 9},"createTime": "t","modelVersion": "m2"}"#,
+        r#"{"candidates": [{"index": 1,"content": {"parts": [{"text": "b","thoughtSignature": "s2"},{"text": "c"}]}},{"content": {"parts": [{"text": "lo"},{"executableCode": {"code": "x"}}]},"finishReason": "STOP"}],"promptFeedback": {"blockReason": null},"usageMetadata": null}"#,
+        r#"{"candidates": [{"content": {"parts": [{"text": "!","thought": false}]},"index": 0}],"usageMetadata": {"totalTokenCount": 12},"error": null}"#,
+        r#"{"candidates": [{"content": {"parts": [{"text": "","thoughtSignature": "s3"}],"role": "model"},"index": 0,"finishReason": "STOP","citationMetadata": {"citations": [{"uri": "u"}]}}],"responseId": "r2"}"#,
+    ];
+
+    #[test]
+    fn fast_path_agrees_with_the_general_one() {
+        let chunks: Vec<&[u8]> = CHUNKS.iter().map(|c| c.as_bytes()).collect();
+        // Every chunk but the first (and `[DONE]`) goes the fast way.
+        let mut acc = GeminiAccumulator::new();
+        acc.add_json(chunks[0]).unwrap();
+        for chunk in chunks[1..].iter().filter(|c| !is_done_marker(c)) {
+            assert!(
+                acc.add_fast(chunk).is_some(),
+                "{}",
+                String::from_utf8_lossy(chunk)
+            );
+        }
+        for cap in [None, Some(6), Some(1 << 20)] {
+            agree(&chunks, cap);
+        }
+        // Error, malformed and odd chunks in between.
+        let mut odd = chunks.clone();
+        for extra in [
+            &br#"{"error": {"message": "busy"}}"#[..],
+            br#"{"candidates": [], "candidates": []}"#,
+            br#"{"candidates": [{"index": 0, "index": 1}]}"#,
+            br#"{"candidates": [{"index": 1.0, "content": {"parts": [{"text": "x"}]}}]}"#,
+            br#"{"candidates": {"x": 1}}"#,
+            br#"{"candidates": [3, {"content": {"parts": [{"text": "y"}, 5, {"text": 5}]}}]}"#,
+            br#"{"candidates": [{"content": {"parts": [{"text": "y", "text": "z"}]}}]}"#,
+            br#"{"candidates": [{"content": {"parts": [{"text": "y"}], "parts": []}}]}"#,
+            br#"{"usageMetadata": {"n": 1e400}}"#,
+            br#"{"usageMetadata": {"n": 123456789012345678901234}}"#,
+            br#"{"modelVersion": "m\u0041"}"#,
+            br#"{"responseId": "r\ud800"}"#,
+            b"{\"candidates\": []}\n",
+            b"[1]",
+        ] {
+            odd.insert(3, extra);
+        }
+        agree(&odd, None);
+    }
+
+    #[test]
+    fn fast_path_agrees_on_mutated_chunks() {
+        for at in 1..CHUNKS.len() {
+            for mutated in crate::accumulate::mutations(CHUNKS[at].as_bytes()) {
+                let mut lines: Vec<&[u8]> = CHUNKS.iter().map(|c| c.as_bytes()).collect();
+                lines[at] = &mutated;
+                agree(&lines, Some(16));
+            }
+        }
+    }
+
+    #[test]
+    fn fast_path_agrees_on_the_corpus() {
+        for lines in corpus_lines("gemini") {
+            let lines: Vec<&[u8]> = lines
+                .iter()
+                .filter(|l| !l.is_empty())
+                .map(|l| l.as_bytes())
+                .collect();
+            agree(&lines, None);
+            agree(&lines, Some(64));
+        }
     }
 
     /// Every recording: the joined texts are the chunks' texts, the other parts all there, the

@@ -616,6 +616,121 @@ impl TextCap {
     }
 }
 
+/// The top-level fields a fast path saw replaced (`usage`, `usageMetadata`, ...: the last
+/// non-null one wins), kept as their JSON text until the object is read instead of being built
+/// at every chunk only to be replaced at the next. Each kept key holds a placeholder in the
+/// object, so that it keeps the place it would have had; [`Replaced::flush`] (before the object
+/// is changed another way) and [`Replaced::write`] (when it is written) build the kept values
+/// with serde, as the general path builds them.
+#[derive(Debug, Default)]
+pub(crate) struct Replaced {
+    kept: Vec<(&'static str, String)>,
+}
+
+impl Replaced {
+    /// Keeps `raw` as the value of `top[key]` if it is not null, returning false (nothing
+    /// changed) if serde might not build it (see [`fast::Raw::buildable`]). A string equal to
+    /// the one in place is not kept (the usual `modelVersion`, `responseId`).
+    pub fn keep(&mut self, top: &mut Map<String, Value>, key: &'static str, raw: fast::Raw<'_>) {
+        if raw.is_null() {
+            return;
+        }
+        let slot = self.kept.iter().position(|(k, _)| *k == key);
+        if slot.is_none() && raw.first() == b'"' {
+            if let (Some(Value::String(ours)), Some(theirs)) = (top.get(key), raw.string()) {
+                if *ours == theirs {
+                    return;
+                }
+            }
+        }
+        if !top.contains_key(key) {
+            top.insert(key.to_owned(), Value::Null);
+        }
+        match slot {
+            Some(i) => {
+                let json = &mut self.kept[i].1;
+                json.clear();
+                json.push_str(raw.json());
+            }
+            None => self.kept.push((key, raw.json().to_owned())),
+        }
+    }
+
+    /// Whether `keep` would keep (or skip) every one of `raws` (none unbuildable).
+    pub fn can_keep(raws: &[Option<fast::Raw<'_>>]) -> bool {
+        raws.iter()
+            .flatten()
+            .all(|raw| raw.is_null() || raw.first() == b'"' || raw.buildable())
+    }
+
+    /// Builds the kept values into `top`.
+    pub fn flush(&mut self, top: &mut Map<String, Value>) {
+        for (key, json) in self.kept.drain(..) {
+            if let Ok(value) = serde_json::from_str::<Value>(&json) {
+                top.insert(key.to_owned(), value);
+            }
+        }
+    }
+
+    /// Writes `top[key]` (the kept value if there is one).
+    pub fn write(&self, out: &mut Vec<u8>, key: &str, value: &Value) {
+        let kept = self.kept.iter().find(|(k, _)| *k == key);
+        match kept.and_then(|(_, json)| serde_json::from_str::<Value>(json).ok()) {
+            Some(kept) => json::write_value(out, &kept),
+            None => json::write_value(out, value),
+        }
+    }
+}
+
+/// Variants of `payload` for the differential tests of the fast paths: each byte replaced by
+/// bytes that change JSON's meaning (quotes, escapes, brackets, numbers, literals), bytes cut,
+/// and spans repeated (duplicated keys and values).
+#[cfg(test)]
+pub(crate) fn mutations(payload: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let step = (payload.len() / 97).max(1);
+    for at in (0..payload.len()).step_by(step) {
+        for b in *b"\"\\{}[],:0-e.n \xc3" {
+            let mut m = payload.to_vec();
+            m[at] = b;
+            out.push(m);
+        }
+        let mut cut = payload.to_vec();
+        cut.remove(at);
+        out.push(cut);
+        let end = (at + 24).min(payload.len());
+        let mut twice = payload[..end].to_vec();
+        twice.extend_from_slice(&payload[at..]);
+        out.push(twice);
+    }
+    for escaped in [
+        &b"\\u00e9"[..],
+        b"\\n",
+        b"\\ud83d\\ude00",
+        b"\\ud800",
+        b"1e400",
+        b"-0",
+    ] {
+        for at in (0..payload.len()).step_by(step * 3) {
+            let mut m = payload[..at].to_vec();
+            m.extend_from_slice(escaped);
+            m.extend_from_slice(&payload[at..]);
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// Where the entry whose `index` is `index` is in `entries` (a choice, a candidate): looked up
+/// at `entries[index]` first, where it usually is.
+pub(crate) fn position_by_index(entries: &[Map<String, Value>], index: u64) -> Option<usize> {
+    let has = |c: &Map<String, Value>| c.get("index").and_then(Value::as_u64) == Some(index);
+    match entries.get(index as usize) {
+        Some(c) if has(c) => Some(index as usize),
+        _ => entries.iter().position(has),
+    }
+}
+
 /// Appends `delta` to the string at `map[key]`, creating it (or replacing a non-string) first,
 /// unless that would take the text past the cap.
 pub(crate) fn append_text(map: &mut Map<String, Value>, key: &str, delta: &str, cap: &mut TextCap) {
