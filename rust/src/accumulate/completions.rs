@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::fast::{self, Raw};
+use super::fast::{self, Hole, Raw, Template};
 use super::{
     append_text, error_warning, is_done_marker, json, parse_event, position_by_index, raw_object,
     AccumulateError, Rejected, Replaced, Str, TextCap, DEFAULT_TEXT_CAP,
@@ -54,6 +54,17 @@ struct Chunk<'a> {
 /// The logprobs lists appended chunk by chunk.
 const LOGPROB_LISTS: [&str; 4] = ["tokens", "token_logprobs", "top_logprobs", "text_offset"];
 
+/// What a learned chunk did with one hole of its [`Template`].
+#[derive(Debug)]
+enum Action {
+    /// Appended a text to the choice at this position.
+    Append(usize),
+    /// Replaced a top-level field.
+    Replace(&'static str),
+}
+
+type Learn<'a> = fast::Learn<'a, Action>;
+
 /// Builds one `text_completion` from its stream chunks. See the module docs.
 #[derive(Debug)]
 pub struct CompletionsAccumulator {
@@ -61,6 +72,9 @@ pub struct CompletionsAccumulator {
     completion: Option<Map<String, Value>>,
     /// Replaced top-level fields not yet built into `completion` (the fast path's).
     replaced: Replaced,
+    /// The shape of the last chunk [`add_fast`](Self::add_fast) read, and what it did.
+    template: Template,
+    actions: Vec<Action>,
     choices: Vec<Map<String, Value>>,
     warnings: Vec<String>,
     unknown_events: u64,
@@ -86,6 +100,8 @@ impl CompletionsAccumulator {
         CompletionsAccumulator {
             completion: None,
             replaced: Replaced::default(),
+            template: Template::default(),
+            actions: Vec::new(),
             choices: Vec::new(),
             warnings: Vec::new(),
             unknown_events: 0,
@@ -99,11 +115,38 @@ impl CompletionsAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        if self.completion.is_some() && self.add_fast(payload).is_some() {
-            self.events += 1;
-            return self.cap.check(self.events - 1);
+        if self.completion.is_some() {
+            if let Some(holes) = self.template.read(payload) {
+                self.add_templated(holes);
+                self.events += 1;
+                return self.cap.check(self.events - 1);
+            }
+            if self.add_fast(payload).is_some() {
+                self.events += 1;
+                return self.cap.check(self.events - 1);
+            }
         }
+        self.template.clear();
         self.add_general(payload)
+    }
+
+    /// A chunk of the learned shape: what the learned chunk did, with this one's holes.
+    fn add_templated(&mut self, holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
+        let Some(completion) = self.completion.as_mut() else {
+            return;
+        };
+        for (hole, action) in holes.into_iter().flatten().zip(&self.actions) {
+            match (hole, action) {
+                (Hole::Text(text), Action::Append(choice)) => {
+                    append_text(&mut self.choices[*choice], "text", &text, &mut self.cap)
+                }
+                (Hole::Value(raw), Action::Replace(key)) => {
+                    self.replaced.keep(completion, key, raw)
+                }
+                // Never: the holes are read in the order they were learned with their actions.
+                _ => debug_assert!(false, "a hole of another kind"),
+            }
+        }
     }
 
     /// [`add_json`](Self::add_json) without the fast path (its reference, in the tests).
@@ -205,22 +248,29 @@ impl CompletionsAccumulator {
         if !Replaced::can_keep(&top) {
             return None;
         }
+        let mut learn = Learn::new();
         if let Some(choices) = choices.filter(|c| !c.is_null()) {
-            choices.items(|c| self.fast_choice(c, false))?;
-            choices.items(|c| self.fast_choice(c, true))?;
+            choices.items(|c| self.fast_choice(c, None))?;
+            choices.items(|c| self.fast_choice(c, Some(&mut learn)))?;
         }
         let completion = self.completion.as_mut()?;
         for (key, raw) in REPLACED.into_iter().zip(top) {
             if let Some(raw) = raw {
                 self.replaced.keep(completion, key, raw);
+                // A string stays in the shape (a chunk of the shape replaces it with itself).
+                if raw.first() != b'"' {
+                    learn.holes.push((raw, false, Action::Replace(key)));
+                }
             }
         }
+        self.template.learn_from(payload, learn, &mut self.actions);
         Some(())
     }
 
-    /// One choice of [`add_fast`](Self::add_fast): checked (`apply` false: nothing changes) or
-    /// applied, as [`add_choice`](Self::add_choice) applies it.
-    fn fast_choice(&mut self, choice: Raw<'_>, apply: bool) -> Option<()> {
+    /// One choice of [`add_fast`](Self::add_fast): checked (`learn` None: nothing changes) or
+    /// applied as [`add_choice`](Self::add_choice) applies it (what it did noted in `learn`).
+    fn fast_choice<'a>(&mut self, choice: Raw<'a>, learn: Option<&mut Learn<'a>>) -> Option<()> {
+        let apply = learn.is_some();
         let mut index = None;
         let mut keys: [&str; 8] = [""; 8];
         let mut n = 0;
@@ -242,16 +292,24 @@ impl CompletionsAccumulator {
             }
             Some(())
         })?;
-        if !apply {
+        let Some(learn) = learn else {
             return Some(());
-        }
+        };
         let at = self.choice(index.unwrap_or(0));
         let (ours, cap) = (&mut self.choices[at], &mut self.cap);
         choice.entries(|key, value| {
             match (key, value.first()) {
                 ("index", _) | (_, b'n') => {}
-                ("text", b'"') => append_text(ours, "text", &value.string()?, cap),
+                ("text", b'"') => {
+                    append_text(ours, "text", &value.string()?, cap);
+                    learn.holes.push((value, true, Action::Append(at)));
+                }
                 ("text", _) => {}
+                // Its lists are appended: not the same when done again.
+                ("logprobs", b'{') => {
+                    learn.ok = false;
+                    set_field(ours, key.to_owned(), value.build()?);
+                }
                 ("finish_reason", b'"') if value.json() == "\"\"" => {}
                 (key, _) => set_field(ours, key.to_owned(), value.build()?),
             }
@@ -496,6 +554,44 @@ mod tests {
             odd.insert(3, extra);
         }
         agree(&odd, None);
+    }
+
+    /// Runs of one shape (read by the template after the first of the run), with the texts and
+    /// usage changing, and each chunk of the run mutated.
+    #[test]
+    fn template_agrees_with_the_general_path() {
+        let run = [
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"a","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"b\n\"\u00e9","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"c","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"d","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":1}}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"e","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":[2, 3.5]}}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"f","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":1e400}}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":1,"text":"g","logprobs":{"tokens":["g"]},"finish_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":1,"text":"h","logprobs":{"tokens":["h"]},"finish_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"i","logprobs":null,"finish_reason":"length","stop_reason":null},{"index":1,"text":"j"}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"k","logprobs":null,"finish_reason":"length","stop_reason":null},{"index":1,"text":"l"}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9}}"#,
+        ];
+        let lines: Vec<&[u8]> = run.iter().map(|c| c.as_bytes()).collect();
+        let mut acc = CompletionsAccumulator::new();
+        for line in &lines[..2] {
+            acc.add_json(line).unwrap();
+        }
+        assert!(
+            acc.template.read(lines[2]).is_some(),
+            "a run is read by the template"
+        );
+        for cap in [None, Some(3), Some(7)] {
+            agree(&lines, cap);
+        }
+        for at in 1..lines.len() {
+            for mutated in crate::accumulate::mutations(lines[at]) {
+                let mut mutated_lines = lines.clone();
+                mutated_lines[at] = &mutated;
+                agree(&mutated_lines, Some(7));
+            }
+        }
     }
 
     #[test]

@@ -1276,6 +1276,133 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The most holes a [`Template`] has.
+pub(crate) const MAX_HOLES: usize = 4;
+
+/// A hole's value in a chunk read by a [`Template`].
+#[derive(Debug)]
+pub(crate) enum Hole<'a> {
+    /// A string's text (unescaped).
+    Text(Cow<'a, str>),
+    /// A value, validated, that serde_json builds (see [`Raw::buildable`]).
+    Value(Raw<'a>),
+}
+
+/// What a fast path notes reading a chunk, for [`Template::learn_from`]: the values that are
+/// holes (with whether each is a text) and what the accumulator did with each (`A`); `ok`
+/// false when the chunk did something that done again would not give the same (a part
+/// appended, logprobs lists extended): then it is no shape.
+pub(crate) struct Learn<'a, A> {
+    pub ok: bool,
+    pub holes: Vec<(Raw<'a>, bool, A)>,
+}
+
+impl<A> Learn<'_, A> {
+    pub(crate) fn new() -> Self {
+        Learn {
+            ok: true,
+            holes: Vec::new(),
+        }
+    }
+}
+
+/// The shape of a chunk an accumulator's fast path read, to read the next chunks of the same
+/// shape faster (the Gemini and Completions taps' [`Shape`]): its bytes cut into fixed runs and
+/// holes, each hole a string (a text the accumulator appends) or a value (a field it replaces).
+/// A payload whose bytes equal the fixed runs exactly, with a string in each text hole and a
+/// value in each value hole, differs from the learned one only inside the holes: each is one
+/// whole JSON value read where the learned one was, followed by the same bytes, so the payload
+/// is the learned one with other values there. The accumulator, which learned what the chunk
+/// did, then does the same with the new holes' values. Any other payload is a miss.
+#[derive(Debug, Default)]
+pub(crate) struct Template {
+    learned: Vec<u8>,
+    /// Each hole's start and end in `learned`, and whether it is a text.
+    holes: Vec<(usize, usize, bool)>,
+}
+
+impl Template {
+    pub(crate) fn clear(&mut self) {
+        self.learned.clear();
+        self.holes.clear();
+    }
+
+    /// Learns `payload`'s shape with `holes` (values [`entries`] read from this very payload,
+    /// in order, each with whether it is a text). None (nothing learned) if they are not in
+    /// order, not in `payload`, or too many.
+    pub(crate) fn learn(&mut self, payload: &[u8], holes: &[(Raw<'_>, bool)]) -> Option<()> {
+        self.clear();
+        if holes.len() > MAX_HOLES {
+            return None;
+        }
+        let base = payload.as_ptr() as usize;
+        let mut last = 0;
+        for &(raw, text) in holes {
+            let start = (raw.0.as_ptr() as usize).checked_sub(base)?;
+            let end = start + raw.0.len();
+            if start < last || end > payload.len() || (text && raw.first() != b'"') {
+                self.holes.clear();
+                return None;
+            }
+            self.holes.push((start, end, text));
+            last = end;
+        }
+        self.learned.extend_from_slice(payload);
+        Some(())
+    }
+
+    /// Learns `payload`'s shape from what a fast path noted reading it (see [`Learn`]), with
+    /// the holes' actions in `actions`, in order; clears both if it is not one.
+    pub(crate) fn learn_from<A>(
+        &mut self,
+        payload: &[u8],
+        learn: Learn<'_, A>,
+        actions: &mut Vec<A>,
+    ) {
+        let Learn { ok, mut holes } = learn;
+        actions.clear();
+        holes.sort_by_key(|(raw, _, _)| raw.0.as_ptr() as usize);
+        let spans: Vec<(Raw<'_>, bool)> = holes.iter().map(|h| (h.0, h.1)).collect();
+        if !ok || self.learn(payload, &spans).is_none() {
+            self.clear();
+            return;
+        }
+        actions.extend(holes.into_iter().map(|h| h.2));
+    }
+
+    /// The holes' values of `payload` if it has the learned shape (see [`Template`]).
+    pub(crate) fn read<'a>(&self, payload: &'a [u8]) -> Option<[Option<Hole<'a>>; MAX_HOLES]> {
+        if self.learned.is_empty() {
+            return None;
+        }
+        let mut r = Reader::checked(payload)?;
+        let mut out = [None, None, None, None];
+        let mut from = 0;
+        for (slot, &(start, end, text)) in out.iter_mut().zip(&self.holes) {
+            let fixed = &self.learned[from..start];
+            if !same(r.buf.get(r.pos..r.pos + fixed.len())?, fixed) {
+                return None;
+            }
+            r.pos += fixed.len();
+            let at = r.pos;
+            *slot = Some(match r.peek()? {
+                b'"' if text => Hole::Text(r.string()?),
+                b' ' | b'"' => return None,
+                _ if text => return None,
+                _ => {
+                    let mut lx = Lexer::new(r.buf);
+                    lx.seek(at);
+                    lx.skip_buildable_value(0)?;
+                    r.pos = lx.position();
+                    Hole::Value(Raw(&r.text[at..r.pos]))
+                }
+            });
+            from = end;
+        }
+        same(&r.buf[r.pos..], &self.learned[from..]).then_some(out)
+    }
+}
+
 fn str_slot<'e, 'a>(ev: &'e mut StreamEvent<'a>, n: usize) -> &'e mut Option<Str<'a>> {
     match n {
         0 => &mut ev.kind,

@@ -35,7 +35,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::fast::{self, Raw};
+use super::fast::{self, Hole, Raw, Template};
 use super::{
     error_warning, json, parse_event, position_by_index, raw_object, AccumulateError, Rejected,
     Replaced, TextCap, DEFAULT_TEXT_CAP,
@@ -70,6 +70,22 @@ struct Chunk<'a> {
     error: Option<&'a RawValue>,
 }
 
+/// What a learned chunk did with one hole of its [`Template`].
+#[derive(Debug)]
+enum Action {
+    /// Merged a text part (without a signature) into a candidate's parts: the candidate's
+    /// position, the part's kind, and the part without its text.
+    Part {
+        candidate: usize,
+        thought: bool,
+        part: Map<String, Value>,
+    },
+    /// Replaced a top-level field.
+    Replace(&'static str),
+}
+
+type Learn<'a> = fast::Learn<'a, Action>;
+
 /// Builds one `GenerateContentResponse` from a stream's chunks. See the module docs.
 #[derive(Debug)]
 pub struct GeminiAccumulator {
@@ -77,6 +93,9 @@ pub struct GeminiAccumulator {
     response: Option<Map<String, Value>>,
     /// Replaced top-level fields not yet built into `response` (the fast path's).
     replaced: Replaced,
+    /// The shape of the last chunk [`add_fast`](Self::add_fast) read, and what it did.
+    template: Template,
+    actions: Vec<Action>,
     candidates: Vec<Map<String, Value>>,
     warnings: Vec<String>,
     unknown_events: u64,
@@ -102,6 +121,8 @@ impl GeminiAccumulator {
         GeminiAccumulator {
             response: None,
             replaced: Replaced::default(),
+            template: Template::default(),
+            actions: Vec::new(),
             candidates: Vec::new(),
             warnings: Vec::new(),
             unknown_events: 0,
@@ -112,11 +133,53 @@ impl GeminiAccumulator {
 
     /// One chunk's JSON payload (the SSE `data`).
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
-        if self.response.is_some() && self.add_fast(payload).is_some() {
-            self.events += 1;
-            return self.cap.check(self.events - 1);
+        if self.response.is_some() {
+            if let Some(holes) = self.template.read(payload) {
+                self.add_templated(holes);
+                self.events += 1;
+                return self.cap.check(self.events - 1);
+            }
+            if self.add_fast(payload).is_some() {
+                self.events += 1;
+                return self.cap.check(self.events - 1);
+            }
         }
+        self.template.clear();
         self.add_general(payload)
+    }
+
+    /// A chunk of the learned shape: what the learned chunk did, with this one's holes.
+    fn add_templated(&mut self, holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
+        let Some(response) = self.response.as_mut() else {
+            return;
+        };
+        for (hole, action) in holes.into_iter().flatten().zip(&self.actions) {
+            match (hole, action) {
+                (
+                    Hole::Text(text),
+                    Action::Part {
+                        candidate,
+                        thought,
+                        part,
+                    },
+                ) => {
+                    let parts = self.candidates[*candidate]
+                        .get_mut("content")
+                        .and_then(|c| c.get_mut("parts"));
+                    if let Some(Value::Array(parts)) = parts {
+                        let build = || {
+                            let mut part = part.clone();
+                            part.insert("text".to_owned(), Value::String(text.to_string()));
+                            part
+                        };
+                        merge_text_part(parts, *thought, &text, None, build, &mut self.cap);
+                    }
+                }
+                (Hole::Value(raw), Action::Replace(key)) => self.replaced.keep(response, key, raw),
+                // Never: the holes are read in the order they were learned with their actions.
+                _ => debug_assert!(false, "a hole of another kind"),
+            }
+        }
     }
 
     /// [`add_json`](Self::add_json) without the fast path (its reference, in the tests).
@@ -212,22 +275,33 @@ impl GeminiAccumulator {
         if !Replaced::can_keep(&top) {
             return None;
         }
+        let mut learn = Learn::new();
         if let Some(candidates) = candidates.filter(|c| !c.is_null()) {
-            candidates.items(|c| self.fast_candidate(c, false))?;
-            candidates.items(|c| self.fast_candidate(c, true))?;
+            candidates.items(|c| self.fast_candidate(c, None))?;
+            candidates.items(|c| self.fast_candidate(c, Some(&mut learn)))?;
         }
         let response = self.response.as_mut()?;
         for (key, raw) in REPLACED.into_iter().zip(top) {
             if let Some(raw) = raw {
                 self.replaced.keep(response, key, raw);
+                // A string stays in the shape (a chunk of the shape replaces it with itself).
+                if raw.first() != b'"' {
+                    learn.holes.push((raw, false, Action::Replace(key)));
+                }
             }
         }
+        self.template.learn_from(payload, learn, &mut self.actions);
         Some(())
     }
 
-    /// One candidate of [`add_fast`](Self::add_fast): checked (`apply` false: nothing changes)
-    /// or applied.
-    fn fast_candidate(&mut self, candidate: Raw<'_>, apply: bool) -> Option<()> {
+    /// One candidate of [`add_fast`](Self::add_fast): checked (`learn` None: nothing changes)
+    /// or applied (what it did noted in `learn`).
+    fn fast_candidate<'a>(
+        &mut self,
+        candidate: Raw<'a>,
+        learn: Option<&mut Learn<'a>>,
+    ) -> Option<()> {
+        let apply = learn.is_some();
         let (mut index, mut seen) = (None, 0u8);
         candidate.entries(|key, value| {
             let bit = match key {
@@ -247,13 +321,13 @@ impl GeminiAccumulator {
             if bit == 1 {
                 index = Some(value.unsigned()?);
             } else if !apply && value.first() == b'{' {
-                fast_content(value, None, &mut self.cap)?;
+                fast_content(value, None, &mut self.cap, &mut Learn::new(), 0)?;
             }
             Some(())
         })?;
-        if !apply {
+        let Some(learn) = learn else {
             return Some(());
-        }
+        };
         let candidate_at = self.candidate(index.unwrap_or(0));
         let cap = &mut self.cap;
         let ours = &mut self.candidates[candidate_at];
@@ -264,7 +338,7 @@ impl GeminiAccumulator {
                     if let (b'{', Some(Value::Object(content))) =
                         (value.first(), ours.get_mut("content"))
                     {
-                        fast_content(value, Some(content), cap)?;
+                        fast_content(value, Some(content), cap, learn, candidate_at)?;
                     }
                 }
                 _ if value.is_null() => {}
@@ -358,10 +432,12 @@ fn merge_content(ours: &mut Map<String, Value>, content: Map<String, Value>, cap
 
 /// A chunk's `content` (an object) merged into `ours` as [`merge_content`] merges it, built
 /// only where it is kept; `ours` None: only checked (every read that can fail is made).
-fn fast_content(
-    content: Raw<'_>,
+fn fast_content<'a>(
+    content: Raw<'a>,
     mut ours: Option<&mut Map<String, Value>>,
     cap: &mut TextCap,
+    learn: &mut Learn<'a>,
+    candidate: usize,
 ) -> Option<()> {
     let mut parts_seen = false;
     content.entries(|key, value| {
@@ -374,7 +450,7 @@ fn fast_content(
                 return Some(());
             }
             let Some(ours) = ours.as_deref_mut() else {
-                return value.items(|part| fast_part(part, None, cap));
+                return value.items(|part| fast_part(part, None, cap, learn, candidate));
             };
             let entry = ours
                 .entry("parts")
@@ -382,7 +458,7 @@ fn fast_content(
             let Value::Array(list) = entry else {
                 return Some(());
             };
-            return value.items(|part| fast_part(part, Some(list), cap));
+            return value.items(|part| fast_part(part, Some(list), cap, learn, candidate));
         }
         if value.is_null() {
             return Some(());
@@ -406,12 +482,19 @@ fn fast_content(
 }
 
 /// One part merged into `parts` as [`merge_part`] merges it; a text part is not built unless
-/// it starts a new part. `parts` None: only checked.
-fn fast_part(part: Raw<'_>, parts: Option<&mut Vec<Value>>, cap: &mut TextCap) -> Option<()> {
+/// it starts a new part. `parts` None: only checked. What was done is noted in `learn`.
+fn fast_part<'a>(
+    part: Raw<'a>,
+    parts: Option<&mut Vec<Value>>,
+    cap: &mut TextCap,
+    learn: &mut Learn<'a>,
+    candidate: usize,
+) -> Option<()> {
     // A text part's entries (at most three, each key once), else None.
     let mut entries: [(&str, Raw<'_>); 3] = [("", part); 3];
     let mut n = 0;
     let (mut text, mut thought, mut signature) = (None, false, None);
+    let mut text_raw = part;
     let mut is_text = part.first() == b'{';
     if is_text {
         part.entries(|key, value| {
@@ -421,6 +504,7 @@ fn fast_part(part: Raw<'_>, parts: Option<&mut Vec<Value>>, cap: &mut TextCap) -
             let known = match key {
                 "text" if value.first() == b'"' => {
                     text = Some(value.string()?);
+                    text_raw = value;
                     true
                 }
                 "thought" => match value.boolean() {
@@ -450,6 +534,7 @@ fn fast_part(part: Raw<'_>, parts: Option<&mut Vec<Value>>, cap: &mut TextCap) -
         let value = part.build()?;
         if let Some(parts) = parts {
             merge_part(parts, value, cap);
+            learn.ok = false;
         }
         return Some(());
     };
@@ -470,6 +555,21 @@ fn fast_part(part: Raw<'_>, parts: Option<&mut Vec<Value>>, cap: &mut TextCap) -
         }
         map
     };
+    if signature.is_none() {
+        let mut part = build();
+        part.insert("text".to_owned(), Value::String(String::new()));
+        learn.holes.push((
+            text_raw,
+            true,
+            Action::Part {
+                candidate,
+                thought,
+                part,
+            },
+        ));
+    } else {
+        learn.ok = false;
+    }
     merge_text_part(parts, thought, &text, signature.as_deref(), build, cap);
     Some(())
 }
@@ -700,6 +800,44 @@ mod tests {
             odd.insert(3, extra);
         }
         agree(&odd, None);
+    }
+
+    /// Runs of one shape (read by the template after the first of the run), with the texts, usage
+    /// and kinds changing, and each chunk of the run mutated.
+    #[test]
+    fn template_agrees_with_the_general_path() {
+        let run = [
+            r#"{"candidates": [{"content": {"parts": [{"text": "a","thought": true}],"role": "model"},"index": 0}],"usageMetadata": {"n": 1},"modelVersion": "m"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "b\n\"\u00e9","thought": true}],"role": "model"},"index": 0}],"usageMetadata": {"n": 2, "d": [{"m": "TEXT"}]},"modelVersion": "m"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "c","thought": true}],"role": "model"},"index": 0}],"usageMetadata": null,"modelVersion": "m"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "d","thought": true}],"role": "model"},"index": 0}],"usageMetadata": 7,"modelVersion": "m"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "e"}],"role": "model"},"index": 0}],"usageMetadata": {"n": 3},"modelVersion": "m"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "f"}],"role": "model"},"index": 0}],"usageMetadata": {"n": 4},"modelVersion": "m"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "g"}],"role": "model"},"index": 0}],"usageMetadata": {"n": 1e400},"modelVersion": "m"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "h"}],"role": "model"},"index": 0}],"usageMetadata": {"n": 5},"modelVersion": "m2"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "i"}, {"text": "j"}],"role": "model"},"index": 1}],"usageMetadata": {"n": 6},"modelVersion": "m2"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "k"}, {"text": "l"}],"role": "model"},"index": 1}],"usageMetadata": {"n": 7},"modelVersion": "m2"}"#,
+            r#"{"candidates": [{"content": {"parts": [{"text": "","thoughtSignature": "s"}],"role": "model"},"index": 0,"finishReason": "STOP"}],"usageMetadata": {"n": 8},"modelVersion": "m2"}"#,
+        ];
+        let lines: Vec<&[u8]> = run.iter().map(|c| c.as_bytes()).collect();
+        let mut acc = GeminiAccumulator::new();
+        for line in &lines[..2] {
+            acc.add_json(line).unwrap();
+        }
+        assert!(
+            acc.template.read(lines[2]).is_some(),
+            "a run is read by the template"
+        );
+        for cap in [None, Some(3), Some(12)] {
+            agree(&lines, cap);
+        }
+        for at in 1..lines.len() {
+            for mutated in crate::accumulate::mutations(lines[at]) {
+                let mut mutated_lines = lines.clone();
+                mutated_lines[at] = &mutated;
+                agree(&mutated_lines, Some(12));
+            }
+        }
     }
 
     #[test]
