@@ -29,8 +29,8 @@ use serde_json::{Map, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    append_text, error_warning, is_done_marker, json, parse_event, position_by_index, raw_object,
-    AccumulateError, Rejected, Replaced, Str, TextCap, DEFAULT_TEXT_CAP,
+    append_text, error_warning, fast_top, is_done_marker, json, parse_event, position_by_index,
+    raw_object, AccumulateError, Rejected, Replaced, Str, TextCap, DEFAULT_TEXT_CAP,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -219,50 +219,15 @@ impl CompletionsAccumulator {
     /// field twice, or whatever the reader leaves to serde. The chunk is read twice: once
     /// checking every read that can fail, then applied (the same reads, which then succeed).
     fn add_fast(&mut self, payload: &[u8]) -> Option<()> {
-        let mut top: [Option<Raw<'_>>; 2] = [None; 2];
-        let mut choices = None;
-        let mut seen = 0u8;
-        fast::entries(payload, |key, value| {
-            let n = match key {
-                "usage" => 0,
-                "system_fingerprint" => 1,
-                "choices" => 2,
-                "error" => 3,
-                "object" => 4,
-                _ => return Some(()),
-            };
-            if seen & (1 << n) != 0 {
-                return None;
-            }
-            seen |= 1 << n;
-            match n {
-                2 => choices = Some(value),
-                3 => return value.is_null().then_some(()),
-                4 => {
-                    return (value.json() == "\"text_completion\"" || value.is_null()).then_some(())
-                }
-                n => top[n] = Some(value),
-            }
-            Some(())
-        })?;
-        if !Replaced::can_keep(&top) {
-            return None;
-        }
+        let (top, choices) = fast_top(payload, &REPLACED, "choices", Some("text_completion"))?;
         let mut learn = Learn::new();
-        if let Some(choices) = choices.filter(|c| !c.is_null()) {
+        if let Some(choices) = choices {
             choices.items(|c| self.fast_choice(c, None))?;
             choices.items(|c| self.fast_choice(c, Some(&mut learn)))?;
         }
         let completion = self.completion.as_mut()?;
-        for (key, raw) in REPLACED.into_iter().zip(top) {
-            if let Some(raw) = raw {
-                self.replaced.keep(completion, key, raw);
-                // A string stays in the shape (a chunk of the shape replaces it with itself).
-                if raw.first() != b'"' {
-                    learn.holes.push((raw, false, Action::Replace(key)));
-                }
-            }
-        }
+        self.replaced
+            .keep_all(completion, REPLACED, top, &mut learn, Action::Replace);
         self.template.learn_from(payload, learn, &mut self.actions);
         Some(())
     }

@@ -37,8 +37,8 @@ use serde_json::{Map, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    error_warning, json, parse_event, position_by_index, raw_object, AccumulateError, Rejected,
-    Replaced, TextCap, DEFAULT_TEXT_CAP,
+    error_warning, fast_top, json, parse_event, position_by_index, raw_object, AccumulateError,
+    Rejected, Replaced, TextCap, DEFAULT_TEXT_CAP,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -249,47 +249,15 @@ impl GeminiAccumulator {
     /// a field twice, or whatever the reader leaves to serde. The chunk is read twice: once
     /// checking every read that can fail, then applied (the same reads, which then succeed).
     fn add_fast(&mut self, payload: &[u8]) -> Option<()> {
-        let mut top: [Option<Raw<'_>>; 5] = [None; 5];
-        let mut candidates = None;
-        let mut seen = 0u8;
-        fast::entries(payload, |key, value| {
-            let n = match key {
-                "candidates" => 5,
-                "error" => 6,
-                _ => match REPLACED.iter().position(|k| *k == key) {
-                    Some(n) => n,
-                    None => return Some(()),
-                },
-            };
-            if seen & (1 << n) != 0 {
-                return None;
-            }
-            seen |= 1 << n;
-            match n {
-                5 => candidates = Some(value),
-                6 => return value.is_null().then_some(()),
-                n => top[n] = Some(value),
-            }
-            Some(())
-        })?;
-        if !Replaced::can_keep(&top) {
-            return None;
-        }
+        let (top, candidates) = fast_top(payload, &REPLACED, "candidates", None)?;
         let mut learn = Learn::new();
-        if let Some(candidates) = candidates.filter(|c| !c.is_null()) {
+        if let Some(candidates) = candidates {
             candidates.items(|c| self.fast_candidate(c, None))?;
             candidates.items(|c| self.fast_candidate(c, Some(&mut learn)))?;
         }
         let response = self.response.as_mut()?;
-        for (key, raw) in REPLACED.into_iter().zip(top) {
-            if let Some(raw) = raw {
-                self.replaced.keep(response, key, raw);
-                // A string stays in the shape (a chunk of the shape replaces it with itself).
-                if raw.first() != b'"' {
-                    learn.holes.push((raw, false, Action::Replace(key)));
-                }
-            }
-        }
+        self.replaced
+            .keep_all(response, REPLACED, top, &mut learn, Action::Replace);
         self.template.learn_from(payload, learn, &mut self.actions);
         Some(())
     }

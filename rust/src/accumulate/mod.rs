@@ -656,8 +656,29 @@ impl Replaced {
         }
     }
 
+    /// [`keep`](Self::keep) of each of `raws` (values of `keys`), noting the kept values that
+    /// are not strings as holes of the chunk's shape (a string stays in the shape: a chunk of
+    /// the shape replaces it with itself).
+    pub fn keep_all<'a, A, const N: usize>(
+        &mut self,
+        top: &mut Map<String, Value>,
+        keys: [&'static str; N],
+        raws: [Option<fast::Raw<'a>>; N],
+        learn: &mut fast::Learn<'a, A>,
+        action: impl Fn(&'static str) -> A,
+    ) {
+        for (key, raw) in keys.into_iter().zip(raws) {
+            if let Some(raw) = raw {
+                self.keep(top, key, raw);
+                if raw.first() != b'"' {
+                    learn.holes.push((raw, false, action(key)));
+                }
+            }
+        }
+    }
+
     /// Whether `keep` would keep (or skip) every one of `raws` (none unbuildable).
-    pub fn can_keep(raws: &[Option<fast::Raw<'_>>]) -> bool {
+    fn can_keep(raws: &[Option<fast::Raw<'_>>]) -> bool {
         raws.iter()
             .flatten()
             .all(|raw| raw.is_null() || raw.first() == b'"' || raw.buildable())
@@ -680,6 +701,59 @@ impl Replaced {
             None => json::write_value(out, value),
         }
     }
+}
+
+/// A later chunk's top level as the Gemini and Completions fast paths read it: the values of
+/// the `replaced` fields and of the `list` (`candidates`, `choices`), read by [`fast::entries`].
+/// `None` (the general path decides) when a read field is there twice, `error` is not null,
+/// `object` is there and is neither null nor the string `object` (when given), a replaced
+/// value might not build (see [`fast::Raw::buildable`]), or the reader leaves it to serde.
+pub(crate) fn fast_top<'a, const N: usize>(
+    payload: &'a [u8],
+    replaced: &[&'static str; N],
+    list: &str,
+    object: Option<&str>,
+) -> Option<([Option<fast::Raw<'a>>; N], Option<fast::Raw<'a>>)> {
+    let (mut top, mut items) = ([None; N], None);
+    let mut seen = 0u32;
+    fast::entries(payload, |key, value| {
+        let n = if key == list {
+            N
+        } else if key == "error" {
+            N + 1
+        } else if key == "object" && object.is_some() {
+            N + 2
+        } else {
+            match replaced.iter().position(|k| *k == key) {
+                Some(n) => n,
+                None => return Some(()),
+            }
+        };
+        if seen & (1 << n) != 0 {
+            return None;
+        }
+        seen |= 1 << n;
+        if n < N {
+            top[n] = Some(value);
+            return Some(());
+        }
+        match n - N {
+            0 => items = Some(value),
+            1 => return value.is_null().then_some(()),
+            _ => {
+                let expected = object.unwrap_or_default();
+                let same = value.json().len() == expected.len() + 2
+                    && value.first() == b'"'
+                    && &value.json()[1..expected.len() + 1] == expected;
+                return (same || value.is_null()).then_some(());
+            }
+        }
+        Some(())
+    })?;
+    if !Replaced::can_keep(&top) {
+        return None;
+    }
+    Some((top, items.filter(|i| !i.is_null())))
 }
 
 /// Variants of `payload` for the differential tests of the fast paths: each byte replaced by
