@@ -55,8 +55,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use super::{
-    error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError, RawEntries,
-    Rejected, Str, TextCap, DEFAULT_TEXT_CAP,
+    is_done_marker, json, AccumulateError, ChunkHead, RawEntries, Str, Tally, TextCap,
+    DEFAULT_TEXT_CAP,
 };
 
 /// The chunk fields read on every chunk (the first chunk is also parsed whole), and the
@@ -70,6 +70,15 @@ struct Chunk<'a> {
     moderation: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
     vendor: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl<'a> ChunkHead<'a> for Chunk<'a> {
+    fn error(&self) -> Option<&'a RawValue> {
+        self.error
+    }
+    fn object(&self) -> Option<&str> {
+        self.object.as_ref().map(|o| &*o.0)
+    }
 }
 
 /// The other members of the chunk schema (`rapidsse.chat.ChatCompletionChunk`): not read.
@@ -138,9 +147,7 @@ pub struct ChatAccumulator {
     /// The top level from the first chunk; its `choices` value is a placeholder.
     completion: Option<Map<String, Value>>,
     choices: Vec<Map<String, Value>>,
-    warnings: Vec<String>,
-    unknown_events: u64,
-    events: u64,
+    tally: Tally,
     cap: TextCap,
 }
 
@@ -163,9 +170,7 @@ impl ChatAccumulator {
         ChatAccumulator {
             completion: None,
             choices: Vec::new(),
-            warnings: Vec::new(),
-            unknown_events: 0,
-            events: 0,
+            tally: Tally::default(),
             cap: TextCap::new(limit),
         }
     }
@@ -175,32 +180,12 @@ impl ChatAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        let chunk: Chunk<'_> = match parse_event(payload, self.events) {
-            Ok(chunk) => chunk,
-            Err(Rejected::Error(e)) => return Err(e),
-            Err(Rejected::Malformed(_)) => {
-                self.events += 1;
-                self.unknown_events += 1;
-                self.warnings
-                    .push("chat: malformed chunk ignored".to_owned());
-                return Ok(());
-            }
+        let Some(chunk) =
+            self.tally
+                .admit::<Chunk<'_>>(payload, "chat", Some("chat.completion.chunk"))?
+        else {
+            return Ok(());
         };
-        self.events += 1;
-        if let Some(error) = chunk.error {
-            let message = raw_object(Some(error)).and_then(|mut e| e.remove("message"));
-            self.warnings.push(error_warning(message.as_ref()));
-            self.unknown_events += 1;
-            return Ok(());
-        }
-        if chunk
-            .object
-            .as_ref()
-            .is_some_and(|o| o.0 != "chat.completion.chunk")
-        {
-            self.unknown_events += 1;
-            return Ok(());
-        }
         match &mut self.completion {
             None => self.completion = Some(first_top_level(payload)),
             Some(completion) => {
@@ -231,7 +216,7 @@ impl ChatAccumulator {
         for choice in chunk.choices.unwrap_or_default() {
             self.add_choice(choice);
         }
-        self.cap.check(self.events - 1)
+        self.cap.check(self.tally.events - 1)
     }
 
     fn add_choice(&mut self, entries: RawEntries<'_>) {
@@ -274,7 +259,7 @@ impl ChatAccumulator {
             message.insert("content".to_owned(), Value::Null);
             message.insert("refusal".to_owned(), Value::Null);
             if let Some(delta) = delta {
-                merge_delta(&mut message, delta, &mut self.warnings, &mut self.cap);
+                merge_delta(&mut message, delta, &mut self.tally.warnings, &mut self.cap);
             }
             choice.insert("message".to_owned(), Value::Object(message));
             self.choices.push(choice);
@@ -283,7 +268,7 @@ impl ChatAccumulator {
         let choice = &mut self.choices[position];
         if let Some(delta) = delta {
             if let Some(Value::Object(message)) = choice.get_mut("message") {
-                merge_delta(message, delta, &mut self.warnings, &mut self.cap);
+                merge_delta(message, delta, &mut self.tally.warnings, &mut self.cap);
             }
         }
         if let Some(reason) = finish_reason.filter(|r| !r.is_null() && r.as_str() != Some("")) {
@@ -337,17 +322,17 @@ impl ChatAccumulator {
 
     /// Error chunks, malformed chunks and list entries that could not be merged, in order.
     pub fn warnings(&self) -> &[String] {
-        &self.warnings
+        &self.tally.warnings
     }
 
     /// Chunks kept out of the result: error chunks, other `object`s, malformed chunks.
     pub fn unknown_events(&self) -> u64 {
-        self.unknown_events
+        self.tally.unknown_events
     }
 
     /// Chunks added (every accepted payload but `[DONE]`).
     pub fn events(&self) -> u64 {
-        self.events
+        self.tally.events
     }
 }
 

@@ -29,8 +29,8 @@ use serde_json::{Map, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    append_text, error_warning, fast_top, is_done_marker, json, parse_event, position_by_index,
-    raw_object, AccumulateError, Rejected, Replaced, Str, TextCap, DEFAULT_TEXT_CAP,
+    append_text, fast_top, is_done_marker, json, position_by_index, AccumulateError, ChunkHead,
+    Replaced, Str, Tally, TextCap, DEFAULT_TEXT_CAP,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -49,6 +49,15 @@ struct Chunk<'a> {
     system_fingerprint: Option<&'a RawValue>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
+}
+
+impl<'a> ChunkHead<'a> for Chunk<'a> {
+    fn error(&self) -> Option<&'a RawValue> {
+        self.error
+    }
+    fn object(&self) -> Option<&str> {
+        self.object.as_ref().map(|o| &*o.0)
+    }
 }
 
 /// The logprobs lists appended chunk by chunk.
@@ -76,9 +85,7 @@ pub struct CompletionsAccumulator {
     template: Template,
     actions: Vec<Action>,
     choices: Vec<Map<String, Value>>,
-    warnings: Vec<String>,
-    unknown_events: u64,
-    events: u64,
+    tally: Tally,
     cap: TextCap,
 }
 
@@ -103,9 +110,7 @@ impl CompletionsAccumulator {
             template: Template::default(),
             actions: Vec::new(),
             choices: Vec::new(),
-            warnings: Vec::new(),
-            unknown_events: 0,
-            events: 0,
+            tally: Tally::default(),
             cap: TextCap::new(limit),
         }
     }
@@ -118,12 +123,12 @@ impl CompletionsAccumulator {
         if self.completion.is_some() {
             if let Some(holes) = self.template.read(payload) {
                 self.add_templated(holes);
-                self.events += 1;
-                return self.cap.check(self.events - 1);
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
             }
             if self.add_fast(payload).is_some() {
-                self.events += 1;
-                return self.cap.check(self.events - 1);
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
             }
         }
         self.template.clear();
@@ -157,32 +162,12 @@ impl CompletionsAccumulator {
         if let Some(completion) = &mut self.completion {
             self.replaced.flush(completion);
         }
-        let chunk: Chunk<'_> = match parse_event(payload, self.events) {
-            Ok(chunk) => chunk,
-            Err(Rejected::Error(e)) => return Err(e),
-            Err(Rejected::Malformed(_)) => {
-                self.events += 1;
-                self.unknown_events += 1;
-                self.warnings
-                    .push("completions: malformed chunk ignored".to_owned());
-                return Ok(());
-            }
+        let Some(chunk) =
+            self.tally
+                .admit::<Chunk<'_>>(payload, "completions", Some("text_completion"))?
+        else {
+            return Ok(());
         };
-        self.events += 1;
-        if let Some(error) = chunk.error {
-            let message = raw_object(Some(error)).and_then(|mut e| e.remove("message"));
-            self.warnings.push(error_warning(message.as_ref()));
-            self.unknown_events += 1;
-            return Ok(());
-        }
-        if chunk
-            .object
-            .as_ref()
-            .is_some_and(|o| o.0 != "text_completion")
-        {
-            self.unknown_events += 1;
-            return Ok(());
-        }
         match &mut self.completion {
             None => self.completion = Some(first_top_level(payload)),
             Some(completion) => {
@@ -208,7 +193,7 @@ impl CompletionsAccumulator {
                 }
             }
         }
-        self.cap.check(self.events - 1)
+        self.cap.check(self.tally.events - 1)
     }
 
     /// A later chunk the usual way round (see `docs/internals.md`): read with the tap's reader,
@@ -329,17 +314,17 @@ impl CompletionsAccumulator {
 
     /// Error chunks and malformed chunks, in order.
     pub fn warnings(&self) -> &[String] {
-        &self.warnings
+        &self.tally.warnings
     }
 
     /// Chunks kept out of the result: error chunks, other `object`s, malformed chunks.
     pub fn unknown_events(&self) -> u64 {
-        self.unknown_events
+        self.tally.unknown_events
     }
 
     /// Chunks added (every accepted payload but `[DONE]`).
     pub fn events(&self) -> u64 {
-        self.events
+        self.tally.events
     }
 }
 

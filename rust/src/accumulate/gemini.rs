@@ -37,8 +37,8 @@ use serde_json::{Map, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    error_warning, fast_top, json, parse_event, position_by_index, raw_object, AccumulateError,
-    Rejected, Replaced, TextCap, DEFAULT_TEXT_CAP,
+    fast_top, json, position_by_index, AccumulateError, ChunkHead, Replaced, Tally, TextCap,
+    DEFAULT_TEXT_CAP,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -70,6 +70,12 @@ struct Chunk<'a> {
     error: Option<&'a RawValue>,
 }
 
+impl<'a> ChunkHead<'a> for Chunk<'a> {
+    fn error(&self) -> Option<&'a RawValue> {
+        self.error
+    }
+}
+
 /// What a learned chunk did with one hole of its [`Template`].
 #[derive(Debug)]
 enum Action {
@@ -97,9 +103,7 @@ pub struct GeminiAccumulator {
     template: Template,
     actions: Vec<Action>,
     candidates: Vec<Map<String, Value>>,
-    warnings: Vec<String>,
-    unknown_events: u64,
-    events: u64,
+    tally: Tally,
     cap: TextCap,
 }
 
@@ -124,9 +128,7 @@ impl GeminiAccumulator {
             template: Template::default(),
             actions: Vec::new(),
             candidates: Vec::new(),
-            warnings: Vec::new(),
-            unknown_events: 0,
-            events: 0,
+            tally: Tally::default(),
             cap: TextCap::new(limit),
         }
     }
@@ -136,12 +138,12 @@ impl GeminiAccumulator {
         if self.response.is_some() {
             if let Some(holes) = self.template.read(payload) {
                 self.add_templated(holes);
-                self.events += 1;
-                return self.cap.check(self.events - 1);
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
             }
             if self.add_fast(payload).is_some() {
-                self.events += 1;
-                return self.cap.check(self.events - 1);
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
             }
         }
         self.template.clear();
@@ -187,24 +189,9 @@ impl GeminiAccumulator {
         if let Some(response) = &mut self.response {
             self.replaced.flush(response);
         }
-        let chunk: Chunk<'_> = match parse_event(payload, self.events) {
-            Ok(chunk) => chunk,
-            Err(Rejected::Error(e)) => return Err(e),
-            Err(Rejected::Malformed(_)) => {
-                self.events += 1;
-                self.unknown_events += 1;
-                self.warnings
-                    .push("gemini: malformed chunk ignored".to_owned());
-                return Ok(());
-            }
-        };
-        self.events += 1;
-        if let Some(error) = chunk.error {
-            let message = raw_object(Some(error)).and_then(|mut e| e.remove("message"));
-            self.warnings.push(error_warning(message.as_ref()));
-            self.unknown_events += 1;
+        let Some(chunk) = self.tally.admit::<Chunk<'_>>(payload, "gemini", None)? else {
             return Ok(());
-        }
+        };
         match &mut self.response {
             None => {
                 let mut top: Map<String, Value> =
@@ -238,7 +225,7 @@ impl GeminiAccumulator {
                 }
             }
         }
-        self.cap.check(self.events - 1)
+        self.cap.check(self.tally.events - 1)
     }
 
     /// A later chunk the usual way round (see `docs/internals.md`): read with the tap's reader,
@@ -362,17 +349,17 @@ impl GeminiAccumulator {
 
     /// Error chunks and malformed chunks, in order.
     pub fn warnings(&self) -> &[String] {
-        &self.warnings
+        &self.tally.warnings
     }
 
     /// Chunks kept out of the result: error chunks and malformed chunks.
     pub fn unknown_events(&self) -> u64 {
-        self.unknown_events
+        self.tally.unknown_events
     }
 
     /// Chunks added.
     pub fn events(&self) -> u64 {
-        self.events
+        self.tally.events
     }
 }
 

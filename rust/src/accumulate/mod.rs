@@ -703,6 +703,63 @@ impl Replaced {
     }
 }
 
+/// The counts of a chunk-per-object accumulator (Chat, Completions, Gemini), and how each reads
+/// a chunk first ([`Tally::admit`]).
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub warnings: Vec<String>,
+    pub unknown_events: u64,
+    pub events: u64,
+}
+
+/// A chunk type of [`Tally::admit`]: its `error` and `object` fields.
+pub(crate) trait ChunkHead<'a>: Deserialize<'a> {
+    fn error(&self) -> Option<&'a RawValue>;
+    fn object(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl Tally {
+    /// Reads `payload` as a chunk `T` and counts it in `events`. `Ok(None)` when the chunk is
+    /// kept out of the result and counted in `unknown_events`: malformed (with the warning
+    /// `"{label}: malformed chunk ignored"`), an `error` that is not null (with the warning
+    /// `"error event: {error.message}"`), or an `object` that is not `object` (when given).
+    /// An unreadable payload is the error, and counts nowhere.
+    pub fn admit<'a, T: ChunkHead<'a>>(
+        &mut self,
+        payload: &'a [u8],
+        label: &str,
+        object: Option<&str>,
+    ) -> Result<Option<T>, AccumulateError> {
+        let chunk: T = match parse_event(payload, self.events) {
+            Ok(chunk) => chunk,
+            Err(Rejected::Error(e)) => return Err(e),
+            Err(Rejected::Malformed(_)) => {
+                self.events += 1;
+                self.unknown_events += 1;
+                self.warnings
+                    .push(format!("{label}: malformed chunk ignored"));
+                return Ok(None);
+            }
+        };
+        self.events += 1;
+        if let Some(error) = chunk.error() {
+            let message = raw_object(Some(error)).and_then(|mut e| e.remove("message"));
+            self.warnings.push(error_warning(message.as_ref()));
+            self.unknown_events += 1;
+            return Ok(None);
+        }
+        if let (Some(expected), Some(theirs)) = (object, chunk.object()) {
+            if theirs != expected {
+                self.unknown_events += 1;
+                return Ok(None);
+            }
+        }
+        Ok(Some(chunk))
+    }
+}
+
 /// A later chunk's top level as the Gemini and Completions fast paths read it: the values of
 /// the `replaced` fields and of the `list` (`candidates`, `choices`), read by [`fast::entries`].
 /// `None` (the general path decides) when a read field is there twice, `error` is not null,
