@@ -54,10 +54,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
-use super::{
-    is_done_marker, json, AccumulateError, ChunkHead, RawEntries, Str, Tally, TextCap,
-    DEFAULT_TEXT_CAP,
-};
+use super::{is_done_marker, json, AccumulateError, ChunkHead, RawEntries, Str, Tally, TextCap};
 
 /// The chunk fields read on every chunk (the first chunk is also parsed whole), and the
 /// members the chunk schema does not know (vendor members such as Groq's `x_groq`), unparsed,
@@ -151,18 +148,7 @@ pub struct ChatAccumulator {
     cap: TextCap,
 }
 
-impl Default for ChatAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ChatAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose texts (content, refusal, reasoning, tool call arguments, any
     /// string merged from deltas) are capped at `limit` bytes each (`None`: no cap); see
     /// [`AccumulateError::TextTooLarge`].

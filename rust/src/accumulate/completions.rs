@@ -30,7 +30,7 @@ use serde_json::{Map, Value};
 use super::fast::{self, Hole, Raw, Template};
 use super::{
     append_text, fast_top, is_done_marker, json, position_by_index, AccumulateError, ChunkHead,
-    Replaced, Str, Tally, TextCap, DEFAULT_TEXT_CAP,
+    Replaced, Str, Tally, TextCap,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -89,18 +89,7 @@ pub struct CompletionsAccumulator {
     cap: TextCap,
 }
 
-impl Default for CompletionsAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl CompletionsAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose choice texts are capped at `limit` bytes each (`None`: no cap);
     /// see [`AccumulateError::TextTooLarge`].
     pub fn with_text_cap(limit: Option<usize>) -> Self {

@@ -38,7 +38,6 @@ use serde_json::{Map, Value};
 use super::fast::{self, Hole, Raw, Template};
 use super::{
     fast_top, json, position_by_index, AccumulateError, ChunkHead, Replaced, Tally, TextCap,
-    DEFAULT_TEXT_CAP,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -107,18 +106,7 @@ pub struct GeminiAccumulator {
     cap: TextCap,
 }
 
-impl Default for GeminiAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl GeminiAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose joined texts (one part's text) are capped at `limit` bytes each
     /// (`None`: no cap); see [`AccumulateError::TextTooLarge`].
     pub fn with_text_cap(limit: Option<usize>) -> Self {

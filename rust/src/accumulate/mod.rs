@@ -149,6 +149,34 @@ macro_rules! impl_accumulate {
     };
 }
 
+/// `new()` (texts capped at [`DEFAULT_TEXT_CAP`] bytes each) and `Default` (the same) for the
+/// accumulators, each of which has `with_text_cap(limit)`.
+macro_rules! impl_new {
+    ($($t:ty),*) => {$(
+        impl $t {
+            /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
+            pub fn new() -> Self {
+                Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
+            }
+        }
+
+        impl Default for $t {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+    )*};
+}
+
+impl_new!(
+    ResponseAccumulator,
+    ChatAccumulator,
+    RealtimeAccumulator,
+    GeminiAccumulator,
+    CompletionsAccumulator,
+    AnthropicAccumulator
+);
+
 impl_accumulate!(
     ResponseAccumulator,
     fn add_sse(&mut self, name: &[u8], payload: &[u8]) -> Result<(), AccumulateError> {

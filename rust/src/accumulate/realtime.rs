@@ -43,7 +43,7 @@ use serde_json::{Map, Value};
 
 use super::{
     apply_part, apply_text, event_error_warning, read_stream_event, AccumulateError, Flavor,
-    ItemKind, ItemStore, Shape, StreamEvent, TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP,
+    ItemKind, ItemStore, Shape, StreamEvent, TextCap, TextSpec, TextTarget,
     FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
@@ -156,18 +156,7 @@ pub struct RealtimeAccumulator {
     cap: TextCap,
 }
 
-impl Default for RealtimeAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl RealtimeAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose texts are capped at `limit` bytes each (`None`: no cap); see
     /// [`AccumulateError::TextTooLarge`].
     pub fn with_text_cap(limit: Option<usize>) -> Self {

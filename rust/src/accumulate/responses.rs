@@ -55,7 +55,7 @@ use crate::lex::same;
 use super::{
     apply_part, apply_text, event_error_warning, fast, fast::Text, json, part_mut,
     read_stream_event, AccumulateError, Flavor, ItemKind, ItemStore, Shape, StreamEvent, TextAt,
-    TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
+    TextCap, TextSpec, TextTarget, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const OUTPUT_TEXT: TextSpec = TextSpec {
@@ -291,18 +291,7 @@ impl<'a> TextEvent<'a> {
     }
 }
 
-impl Default for ResponseAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ResponseAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose texts are capped at `limit` bytes each (`None`: no cap). A delta
     /// that would go past it is not appended and `add_json` returns
     /// [`AccumulateError::TextTooLarge`].
