@@ -468,9 +468,7 @@ pub(crate) fn read_stream_event<'a>(
     payload: &'a [u8],
     ev: &mut StreamEvent<'a>,
     shape: &mut fast::Shape,
-    events: &mut u64,
-    unknown: &mut u64,
-    warnings: &mut Vec<String>,
+    tally: &mut Tally,
     used: fn(&str) -> bool,
 ) -> Result<bool, AccumulateError> {
     if shape.is_learned() {
@@ -486,17 +484,19 @@ pub(crate) fn read_stream_event<'a>(
         shape.missed(payload);
         return Ok(true);
     }
-    match parse_event(payload, *events) {
+    match parse_event(payload, tally.events) {
         Ok(parsed) => {
             *ev = parsed;
             Ok(true)
         }
         Err(Rejected::Error(e)) => Err(e),
         Err(Rejected::Malformed(kind)) => {
-            *events += 1;
-            *unknown += 1;
+            tally.events += 1;
+            tally.unknown_events += 1;
             if used(&kind) {
-                warnings.push(format!("{kind}: malformed event ignored"));
+                tally
+                    .warnings
+                    .push(format!("{kind}: malformed event ignored"));
             }
             Ok(false)
         }
@@ -731,8 +731,8 @@ impl Replaced {
     }
 }
 
-/// The counts of a chunk-per-object accumulator (Chat, Completions, Gemini), and how each reads
-/// a chunk first ([`Tally::admit`]).
+/// An accumulator's counts (`warnings()`, `unknown_events()`, `events()`), and how the
+/// chunk-per-object ones (Chat, Completions, Gemini) read a chunk first ([`Tally::admit`]).
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
     pub warnings: Vec<String>,
