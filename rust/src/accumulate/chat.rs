@@ -54,7 +54,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
-use super::{is_done_marker, json, AccumulateError, ChunkHead, RawEntries, Str, Tally, TextCap};
+use super::{
+    is_done_marker, json, replace_fields, AccumulateError, ChunkHead, RawEntries, Str, Tally,
+    TextCap,
+};
 
 /// The chunk fields read on every chunk (the first chunk is also parsed whole), and the
 /// members the chunk schema does not know (vendor members such as Groq's `x_groq`), unparsed,
@@ -181,22 +184,7 @@ impl ChatAccumulator {
                     ("moderation", chunk.moderation),
                 ];
                 let vendor = chunk.vendor.iter().map(|(key, raw)| (&**key, Some(*raw)));
-                for (key, raw) in known.into_iter().chain(vendor) {
-                    let Some(value) = raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-                    else {
-                        continue;
-                    };
-                    if value.is_null() {
-                        continue;
-                    }
-                    // (In place when the key is there: no key allocated per chunk.)
-                    match completion.get_mut(key) {
-                        Some(slot) => *slot = value,
-                        None => {
-                            completion.insert(key.to_owned(), value);
-                        }
-                    }
-                }
+                replace_fields(completion, known.into_iter().chain(vendor));
             }
         }
         for choice in chunk.choices.unwrap_or_default() {

@@ -29,8 +29,8 @@ use serde_json::{Map, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    append_text, fast_top, is_done_marker, json, position_by_index, AccumulateError, ChunkHead,
-    Replaced, Str, Tally, TextCap,
+    append_text, fast_top, is_done_marker, json, position_by_index, raw_objects, replace_fields,
+    AccumulateError, ChunkHead, Replaced, Str, Tally, TextCap,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -159,28 +159,15 @@ impl CompletionsAccumulator {
         };
         match &mut self.completion {
             None => self.completion = Some(first_top_level(payload)),
-            Some(completion) => {
-                for (key, raw) in [
-                    ("usage", chunk.usage),
-                    ("system_fingerprint", chunk.system_fingerprint),
-                ] {
-                    if let Some(value) =
-                        raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-                    {
-                        completion.insert(key.to_owned(), value);
-                    }
-                }
-            }
+            Some(completion) => replace_fields(
+                completion,
+                REPLACED
+                    .into_iter()
+                    .zip([chunk.usage, chunk.system_fingerprint]),
+            ),
         }
-        if let Some(Ok(Value::Array(choices))) = chunk
-            .choices
-            .map(|r| serde_json::from_str::<Value>(r.get()))
-        {
-            for choice in choices {
-                if let Value::Object(choice) = choice {
-                    self.add_choice(choice);
-                }
-            }
+        for choice in raw_objects(chunk.choices) {
+            self.add_choice(choice);
         }
         self.cap.check(self.tally.events - 1)
     }

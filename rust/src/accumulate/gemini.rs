@@ -37,7 +37,8 @@ use serde_json::{Map, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    fast_top, json, position_by_index, AccumulateError, ChunkHead, Replaced, Tally, TextCap,
+    fast_top, json, position_by_index, raw_objects, replace_fields, AccumulateError, ChunkHead,
+    Replaced, Tally, TextCap,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -187,31 +188,19 @@ impl GeminiAccumulator {
                 top.insert("candidates".to_owned(), Value::Null);
                 self.response = Some(top);
             }
-            Some(response) => {
-                for (key, raw) in [
-                    ("usageMetadata", chunk.usage_metadata),
-                    ("modelVersion", chunk.model_version),
-                    ("responseId", chunk.response_id),
-                    ("promptFeedback", chunk.prompt_feedback),
-                    ("createTime", chunk.create_time),
-                ] {
-                    if let Some(value) =
-                        raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-                    {
-                        response.insert(key.to_owned(), value);
-                    }
-                }
-            }
+            Some(response) => replace_fields(
+                response,
+                REPLACED.into_iter().zip([
+                    chunk.usage_metadata,
+                    chunk.model_version,
+                    chunk.response_id,
+                    chunk.prompt_feedback,
+                    chunk.create_time,
+                ]),
+            ),
         }
-        if let Some(Ok(Value::Array(candidates))) = chunk
-            .candidates
-            .map(|r| serde_json::from_str::<Value>(r.get()))
-        {
-            for candidate in candidates {
-                if let Value::Object(candidate) = candidate {
-                    self.add_candidate(candidate);
-                }
-            }
+        for candidate in raw_objects(chunk.candidates) {
+            self.add_candidate(candidate);
         }
         self.cap.check(self.tally.events - 1)
     }

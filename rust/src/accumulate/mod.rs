@@ -788,6 +788,44 @@ impl Tally {
     }
 }
 
+/// A later chunk's replaced top-level fields (Chat, Completions, Gemini): each value that is
+/// there, not null, and parses replaces `top`'s (in place when the key is there: no key
+/// allocated per chunk).
+pub(crate) fn replace_fields<'k>(
+    top: &mut Map<String, Value>,
+    fields: impl IntoIterator<Item = (&'k str, Option<&'k RawValue>)>,
+) {
+    for (key, raw) in fields {
+        let Some(value) = raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok()) else {
+            continue;
+        };
+        if value.is_null() {
+            continue;
+        }
+        match top.get_mut(key) {
+            Some(slot) => *slot = value,
+            None => {
+                top.insert(key.to_owned(), value);
+            }
+        }
+    }
+}
+
+/// The objects of `raw` (a chunk's `choices`, `candidates`) as serde builds them; none when it
+/// is not an array, and an entry that is not an object skipped.
+pub(crate) fn raw_objects(raw: Option<&RawValue>) -> Vec<Map<String, Value>> {
+    match raw.map(|r| serde_json::from_str::<Value>(r.get())) {
+        Some(Ok(Value::Array(items))) => items
+            .into_iter()
+            .filter_map(|item| match item {
+                Value::Object(map) => Some(map),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// A later chunk's top level as the Gemini and Completions fast paths read it: the values of
 /// the `replaced` fields and of the `list` (`candidates`, `choices`), read by [`fast::entries`].
 /// `None` (the general path decides) when a read field is there twice, `error` is not null,

@@ -933,7 +933,10 @@ mod tests {
                 );
                 assert_eq!(fieldwise.warnings(), reference.warnings(), "{path:?}");
                 assert_eq!(fieldwise.tally.events, reference.tally.events);
-                assert_eq!(fieldwise.tally.unknown_events, reference.tally.unknown_events);
+                assert_eq!(
+                    fieldwise.tally.unknown_events,
+                    reference.tally.unknown_events
+                );
             }
         }
         assert!(
