@@ -294,19 +294,13 @@ impl ChatAccumulator {
         Some(out)
     }
 
-    /// Error chunks, malformed chunks and list entries that could not be merged, in order.
-    pub fn warnings(&self) -> &[String] {
-        &self.tally.warnings
-    }
-
-    /// Chunks kept out of the result: error chunks, other `object`s, malformed chunks.
-    pub fn unknown_events(&self) -> u64 {
-        self.tally.unknown_events
-    }
-
-    /// Chunks added (every accepted payload but `[DONE]`).
-    pub fn events(&self) -> u64 {
-        self.tally.events
+    tally_getters! {
+        /// Error chunks, malformed chunks and list entries that could not be merged, in order.
+        warnings;
+        /// Chunks kept out of the result: error chunks, other `object`s, malformed chunks.
+        unknown_events;
+        /// Chunks added (every accepted payload but `[DONE]`).
+        events;
     }
 }
 

@@ -324,19 +324,13 @@ impl GeminiAccumulator {
         Some(out)
     }
 
-    /// Error chunks and malformed chunks, in order.
-    pub fn warnings(&self) -> &[String] {
-        &self.tally.warnings
-    }
-
-    /// Chunks kept out of the result: error chunks and malformed chunks.
-    pub fn unknown_events(&self) -> u64 {
-        self.tally.unknown_events
-    }
-
-    /// Chunks added.
-    pub fn events(&self) -> u64 {
-        self.tally.events
+    tally_getters! {
+        /// Error chunks and malformed chunks, in order.
+        warnings;
+        /// Chunks kept out of the result: error chunks and malformed chunks.
+        unknown_events;
+        /// Chunks added.
+        events;
     }
 }
 

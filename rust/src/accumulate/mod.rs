@@ -54,6 +54,27 @@ use serde_json::{Map, Value};
 
 use crate::framing::{Framer, RawEvent, Sink, Wholes};
 
+/// The getters of the counts an accumulator keeps in a [`Tally`] (`warnings()`,
+/// `unknown_events()`, `events()`), each with its docs.
+macro_rules! tally_getters {
+    ($(#[$w:meta])* warnings; $(#[$u:meta])* unknown_events; $(#[$e:meta])* events;) => {
+        $(#[$w])*
+        pub fn warnings(&self) -> &[String] {
+            &self.tally.warnings
+        }
+
+        $(#[$u])*
+        pub fn unknown_events(&self) -> u64 {
+            self.tally.unknown_events
+        }
+
+        $(#[$e])*
+        pub fn events(&self) -> u64 {
+            self.tally.events
+        }
+    };
+}
+
 mod anthropic;
 mod chat;
 mod completions;

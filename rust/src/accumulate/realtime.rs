@@ -339,18 +339,12 @@ impl RealtimeAccumulator {
         Some(out)
     }
 
-    /// Mismatches between deltas and server values, error events, ... in order.
-    pub fn warnings(&self) -> &[String] {
-        &self.tally.warnings
-    }
-
-    /// Events of types it does not use (kept out of the result).
-    pub fn unknown_events(&self) -> u64 {
-        self.tally.unknown_events
-    }
-
-    /// Events added (every accepted payload but `[DONE]`).
-    pub fn events(&self) -> u64 {
-        self.tally.events
+    tally_getters! {
+        /// Mismatches between deltas and server values, error events, ... in order.
+        warnings;
+        /// Events of types it does not use (kept out of the result).
+        unknown_events;
+        /// Events added (every accepted payload but `[DONE]`).
+        events;
     }
 }
