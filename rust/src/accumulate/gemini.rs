@@ -512,13 +512,9 @@ fn merge_text_part(
     cap: &mut TextCap,
 ) {
     if let Some(Value::Object(last)) = parts.last_mut() {
-        if text_kind(last) == Some(thought)
-            && (self::signature(last).is_none() || signature.is_none())
-        {
-            if let Some(Value::String(ours)) = last.get_mut("text") {
-                if cap.admits(ours.len(), text.len()) {
-                    ours.push_str(text);
-                }
+        if let Some(ours) = joinable_text(last, thought, signature.is_some()) {
+            if cap.admits(ours.len(), text.len()) {
+                ours.push_str(text);
             }
             if let Some(sig) = signature {
                 last.insert("thoughtSignature".to_owned(), Value::String(sig.to_owned()));
@@ -550,6 +546,27 @@ fn text_kind(part: &Map<String, Value>) -> Option<bool> {
         }
     }
     Some(thought)
+}
+
+/// The text of `last` if a text part of kind `thought` (and `signed`: with a signature) joins
+/// it: `last` is a text part of that kind, and not both have a signature. One pass over its
+/// entries ([`text_kind`] and [`signature`] in one).
+fn joinable_text(
+    last: &mut Map<String, Value>,
+    thought: bool,
+    signed: bool,
+) -> Option<&mut String> {
+    let (mut text, mut kind, mut sig) = (None, false, false);
+    for (key, value) in last.iter_mut() {
+        match (key.as_str(), value) {
+            ("text", Value::String(t)) => text = Some(t),
+            ("thought", Value::Bool(b)) => kind = *b,
+            ("thoughtSignature", Value::String(_)) => sig = true,
+            ("thought", Value::Null) | ("thoughtSignature", Value::Null) => {}
+            _ => return None,
+        }
+    }
+    (kind == thought && !(sig && signed)).then_some(text?)
 }
 
 fn signature(part: &Map<String, Value>) -> Option<&Value> {

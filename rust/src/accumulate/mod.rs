@@ -692,7 +692,8 @@ impl Replaced {
                 }
             }
         }
-        if !top.contains_key(key) {
+        // A kept key has its placeholder (or, after a flush, its value) already.
+        if slot.is_none() && !top.contains_key(key) {
             top.insert(key.to_owned(), Value::Null);
         }
         match slot {
