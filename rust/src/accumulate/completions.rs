@@ -410,8 +410,8 @@ mod tests {
         assert!(acc.add_json(b"{\"choices\":").is_err());
     }
 
-    /// Feeds `lines` through the fast path and through the general one alone: the same results,
-    /// errors, warnings and counts, chunk by chunk.
+    /// Feeds `lines` through the fast path and through the general one alone: the same results
+    /// (after every chunk), errors, warnings and counts.
     fn agree(lines: &[&[u8]], cap: Option<usize>) {
         let mut fast = CompletionsAccumulator::with_text_cap(cap);
         let mut general = CompletionsAccumulator::with_text_cap(cap);
@@ -423,6 +423,7 @@ mod tests {
                 String::from_utf8_lossy(line)
             );
             assert_eq!(fast.events(), general.events());
+            assert_eq!(fast.snapshot_json(), general.snapshot_json());
         }
         assert_eq!(fast.snapshot_json(), general.snapshot_json());
         assert_eq!(fast.warnings(), general.warnings());
@@ -485,6 +486,7 @@ mod tests {
             r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"b\n\"\u00e9","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
             r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"c","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
             r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"d","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":1}}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"d2","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":-12.5e-3}}"#,
             r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"e","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":[2, 3.5]}}"#,
             r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"f","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":1e400}}"#,
             r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":1,"text":"g","logprobs":{"tokens":["g"]},"finish_reason":null}],"usage":null}"#,

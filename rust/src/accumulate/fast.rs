@@ -1308,51 +1308,118 @@ impl<A> Learn<'_, A> {
 
 /// The shape of a chunk an accumulator's fast path read, to read the next chunks of the same
 /// shape faster (the Gemini and Completions taps' [`Shape`]): its bytes cut into fixed runs and
-/// holes, each hole a string (a text the accumulator appends) or a value (a field it replaces).
-/// A payload whose bytes equal the fixed runs exactly, with a string in each text hole and a
-/// value in each value hole, differs from the learned one only inside the holes: each is one
-/// whole JSON value read where the learned one was, followed by the same bytes, so the payload
-/// is the learned one with other values there. The accumulator, which learned what the chunk
-/// did, then does the same with the new holes' values. Any other payload is a miss.
+/// holes. A hole is a text (a string the accumulator appended) or a number inside a value (a
+/// field it replaces, such as a usage object: its numbers change from chunk to chunk, its keys
+/// and strings do not). A payload whose bytes equal the fixed runs exactly, with a string in
+/// each text hole and a number serde builds in each number hole, differs from the learned one
+/// only inside the holes: each is one whole JSON string or number read where the learned one
+/// was, followed by the same bytes, so the payload is the learned one with other strings and
+/// numbers there (and each replaced value is still valid JSON that serde builds). The
+/// accumulator, which learned what the chunk did, then does the same with the new texts and
+/// values. Any other payload is a miss.
 #[derive(Debug, Default)]
 pub(crate) struct Template {
     learned: Vec<u8>,
-    /// Each hole's start and end in `learned`, and whether it is a text.
+    /// Each hole's start and end in `learned`, and whether it is a text (else a number).
     holes: Vec<(usize, usize, bool)>,
+    /// What [`read`](Self::read) gives, in order: a text (the next text hole), or a value (its
+    /// start and end in `learned`, and its number holes `first..last`).
+    outputs: Vec<Output>,
 }
+
+#[derive(Clone, Copy, Debug)]
+enum Output {
+    Text,
+    Value {
+        start: usize,
+        end: usize,
+        first: usize,
+        last: usize,
+    },
+}
+
+/// The most number holes a [`Template`] has.
+const MAX_NUMBERS: usize = 24;
 
 impl Template {
     pub(crate) fn clear(&mut self) {
         self.learned.clear();
         self.holes.clear();
+        self.outputs.clear();
     }
 
-    /// Learns `payload`'s shape with `holes` (values [`entries`] read from this very payload,
-    /// in order, each with whether it is a text). None (nothing learned) if they are not in
-    /// order, not in `payload`, or too many.
-    pub(crate) fn learn(&mut self, payload: &[u8], holes: &[(Raw<'_>, bool)]) -> Option<()> {
+    /// Learns `payload`'s shape with `spans` (values [`entries`] read from this very payload,
+    /// in order, each with whether it is a text: a string). A value's numbers are its holes; a
+    /// value without numbers is fixed, and dropped from the outputs: `kept` says which spans are
+    /// outputs. None (nothing learned) if they are not in order, not in `payload`, or too many.
+    fn learn(
+        &mut self,
+        payload: &[u8],
+        spans: &[(Raw<'_>, bool)],
+        kept: &mut Vec<bool>,
+    ) -> Option<()> {
         self.clear();
-        if holes.len() > MAX_HOLES {
-            return None;
-        }
+        kept.clear();
         let base = payload.as_ptr() as usize;
         let mut last = 0;
-        for &(raw, text) in holes {
+        for &(raw, text) in spans {
             let start = (raw.0.as_ptr() as usize).checked_sub(base)?;
             let end = start + raw.0.len();
             if start < last || end > payload.len() || (text && raw.first() != b'"') {
-                self.holes.clear();
                 return None;
             }
-            self.holes.push((start, end, text));
             last = end;
+            if text {
+                self.outputs.push(Output::Text);
+                self.holes.push((start, end, true));
+                kept.push(true);
+                continue;
+            }
+            let first = self.holes.len();
+            // The numbers of the value: outside its strings, a run from `-` or a digit.
+            let bytes = raw.0.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() {
+                match bytes[i] {
+                    b'"' => {
+                        let mut at = i + 1;
+                        loop {
+                            let stop = quote_or_backslash(bytes, at)?;
+                            if bytes[stop] == b'"' {
+                                i = stop + 1;
+                                break;
+                            }
+                            at = stop + 2;
+                        }
+                    }
+                    b'-' | b'0'..=b'9' => {
+                        let (stop, _) = number_syntax(bytes, i)?;
+                        self.holes.push((start + i, start + stop, false));
+                        i = stop;
+                    }
+                    _ => i += 1,
+                }
+            }
+            let numbers = self.holes.len() - first;
+            kept.push(numbers > 0);
+            if numbers > 0 {
+                self.outputs.push(Output::Value {
+                    start,
+                    end,
+                    first,
+                    last: self.holes.len(),
+                });
+            }
+        }
+        if self.outputs.len() > MAX_HOLES || self.holes.len() > MAX_NUMBERS + MAX_HOLES {
+            return None;
         }
         self.learned.extend_from_slice(payload);
         Some(())
     }
 
     /// Learns `payload`'s shape from what a fast path noted reading it (see [`Learn`]), with
-    /// the holes' actions in `actions`, in order; clears both if it is not one.
+    /// the outputs' actions in `actions`, in order; clears both if it is not one.
     pub(crate) fn learn_from<A>(
         &mut self,
         payload: &[u8],
@@ -1363,43 +1430,74 @@ impl Template {
         actions.clear();
         holes.sort_by_key(|(raw, _, _)| raw.0.as_ptr() as usize);
         let spans: Vec<(Raw<'_>, bool)> = holes.iter().map(|h| (h.0, h.1)).collect();
-        if !ok || self.learn(payload, &spans).is_none() {
+        let mut kept = Vec::new();
+        if !ok || self.learn(payload, &spans, &mut kept).is_none() {
             self.clear();
             return;
         }
-        actions.extend(holes.into_iter().map(|h| h.2));
+        actions.extend(
+            holes
+                .into_iter()
+                .zip(kept)
+                .filter_map(|(h, kept)| kept.then_some(h.2)),
+        );
     }
 
-    /// The holes' values of `payload` if it has the learned shape (see [`Template`]).
+    /// The outputs of `payload` if it has the learned shape (see [`Template`]): each text's
+    /// string, each value's JSON.
     pub(crate) fn read<'a>(&self, payload: &'a [u8]) -> Option<[Option<Hole<'a>>; MAX_HOLES]> {
         if self.learned.is_empty() {
             return None;
         }
         let mut r = Reader::checked(payload)?;
         let mut out = [None, None, None, None];
+        // Where each hole is in `payload`.
+        let mut at = [(0usize, 0usize); MAX_NUMBERS + MAX_HOLES];
+        let mut texts: [Option<Cow<'a, str>>; MAX_HOLES] = [None, None, None, None];
+        let mut text_n = 0;
         let mut from = 0;
-        for (slot, &(start, end, text)) in out.iter_mut().zip(&self.holes) {
+        for (i, &(start, end, text)) in self.holes.iter().enumerate() {
             let fixed = &self.learned[from..start];
             if !same(r.buf.get(r.pos..r.pos + fixed.len())?, fixed) {
                 return None;
             }
             r.pos += fixed.len();
-            let at = r.pos;
-            *slot = Some(match r.peek()? {
-                b'"' if text => Hole::Text(r.string()?),
-                b' ' | b'"' => return None,
-                _ if text => return None,
-                _ => {
-                    let mut lx = Lexer::new(r.buf);
-                    lx.seek(at);
-                    lx.skip_buildable_value(0)?;
-                    r.pos = lx.position();
-                    Hole::Value(Raw(&r.text[at..r.pos]))
+            let begin = r.pos;
+            if text {
+                texts[text_n] = Some(r.string()?);
+                text_n += 1;
+            } else {
+                let mut lx = Lexer::new(r.buf);
+                lx.seek(begin);
+                if !matches!(lx.peek()?, b'-' | b'0'..=b'9') {
+                    return None;
                 }
-            });
+                lx.skip_buildable_value(0)?;
+                r.pos = lx.position();
+            }
+            at[i] = (begin, r.pos);
             from = end;
         }
-        same(&r.buf[r.pos..], &self.learned[from..]).then_some(out)
+        if !same(&r.buf[r.pos..], &self.learned[from..]) {
+            return None;
+        }
+        let mut texts = texts.into_iter().flatten();
+        for (slot, output) in out.iter_mut().zip(&self.outputs) {
+            *slot = Some(match *output {
+                Output::Text => Hole::Text(texts.next()?),
+                Output::Value {
+                    start,
+                    end,
+                    first,
+                    last,
+                } => {
+                    let begin = at[first].0 - (self.holes[first].0 - start);
+                    let stop = at[last - 1].1 + (end - self.holes[last - 1].1);
+                    Hole::Value(Raw(&r.text[begin..stop]))
+                }
+            });
+        }
+        Some(out)
     }
 }
 
