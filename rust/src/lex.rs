@@ -527,6 +527,18 @@ impl<'a> Lexer<'a> {
     /// Validates and skips any JSON value (strings checked as [`Lexer::string`] checks them, and
     /// for UTF-8; nesting up to [`MAX_DEPTH`]).
     pub fn skip_value(&mut self, depth: usize) -> Option<()> {
+        self.skip::<false>(depth)
+    }
+
+    /// [`skip_value`](Self::skip_value), and `None` for a number serde_json could not build (a
+    /// float literal that is not finite) or might build differently from its literal (an
+    /// integer literal of more than 19 digits): a value this accepts, serde_json reads as a
+    /// `Value`.
+    pub fn skip_buildable_value(&mut self, depth: usize) -> Option<()> {
+        self.skip::<true>(depth)
+    }
+
+    fn skip<const BUILDABLE: bool>(&mut self, depth: usize) -> Option<()> {
         match self.peek()? {
             b'"' => self.skip_string(),
             b'{' => {
@@ -545,7 +557,7 @@ impl<'a> Lexer<'a> {
                     if !self.eat(b':') {
                         return None;
                     }
-                    self.skip_value(depth + 1)?;
+                    self.skip::<BUILDABLE>(depth + 1)?;
                     match self.peek()? {
                         b',' => self.pos += 1,
                         b'}' => {
@@ -565,7 +577,7 @@ impl<'a> Lexer<'a> {
                     return Some(());
                 }
                 loop {
-                    self.skip_value(depth + 1)?;
+                    self.skip::<BUILDABLE>(depth + 1)?;
                     match self.peek()? {
                         b',' => self.pos += 1,
                         b']' => {
@@ -580,8 +592,21 @@ impl<'a> Lexer<'a> {
             b'f' => self.literal(b"false").then_some(()),
             b'n' => self.literal(b"null").then_some(()),
             b'-' | b'0'..=b'9' => {
-                // Any syntactically valid number is fine here, however large.
-                self.pos = number_syntax(self.buf, self.pos)?.0;
+                // Any syntactically valid number is fine here, however large (unless BUILDABLE).
+                let (end, float) = number_syntax(self.buf, self.pos)?;
+                if BUILDABLE {
+                    let literal = &self.buf[self.pos..end];
+                    if float {
+                        // SAFETY: a number literal is ASCII (checked by `number_syntax`).
+                        let text = unsafe { std::str::from_utf8_unchecked(literal) };
+                        if !text.parse::<f64>().ok()?.is_finite() {
+                            return None;
+                        }
+                    } else if literal.iter().filter(|b| b.is_ascii_digit()).count() > 19 {
+                        return None;
+                    }
+                }
+                self.pos = end;
                 Some(())
             }
             _ => None,

@@ -54,7 +54,7 @@ use crate::lex::{same, Lexer};
 
 use super::{
     append_text, error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError,
-    Rejected, Str, TextCap, DEFAULT_TEXT_CAP,
+    Rejected, Str, TextCap,
 };
 
 /// The fields of an event that are read.
@@ -150,18 +150,7 @@ pub struct AnthropicAccumulator {
     scratch: Vec<u8>,
 }
 
-impl Default for AnthropicAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl AnthropicAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose texts (a block's text, thinking, or tool input JSON) are capped at
     /// `limit` bytes each (`None`: no cap); see [`AccumulateError::TextTooLarge`].
     pub fn with_text_cap(limit: Option<usize>) -> Self {

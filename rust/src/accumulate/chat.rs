@@ -55,8 +55,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use super::{
-    error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError, RawEntries,
-    Rejected, Str, TextCap, DEFAULT_TEXT_CAP,
+    is_done_marker, json, replace_fields, AccumulateError, ChunkHead, RawEntries, Str, Tally,
+    TextCap,
 };
 
 /// The chunk fields read on every chunk (the first chunk is also parsed whole), and the
@@ -70,6 +70,15 @@ struct Chunk<'a> {
     moderation: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
     vendor: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl<'a> ChunkHead<'a> for Chunk<'a> {
+    fn error(&self) -> Option<&'a RawValue> {
+        self.error
+    }
+    fn object(&self) -> Option<&str> {
+        self.object.as_ref().map(|o| &*o.0)
+    }
 }
 
 /// The other members of the chunk schema (`rapidsse.chat.ChatCompletionChunk`): not read.
@@ -138,24 +147,11 @@ pub struct ChatAccumulator {
     /// The top level from the first chunk; its `choices` value is a placeholder.
     completion: Option<Map<String, Value>>,
     choices: Vec<Map<String, Value>>,
-    warnings: Vec<String>,
-    unknown_events: u64,
-    events: u64,
+    tally: Tally,
     cap: TextCap,
 }
 
-impl Default for ChatAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ChatAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose texts (content, refusal, reasoning, tool call arguments, any
     /// string merged from deltas) are capped at `limit` bytes each (`None`: no cap); see
     /// [`AccumulateError::TextTooLarge`].
@@ -163,9 +159,7 @@ impl ChatAccumulator {
         ChatAccumulator {
             completion: None,
             choices: Vec::new(),
-            warnings: Vec::new(),
-            unknown_events: 0,
-            events: 0,
+            tally: Tally::default(),
             cap: TextCap::new(limit),
         }
     }
@@ -175,32 +169,12 @@ impl ChatAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        let chunk: Chunk<'_> = match parse_event(payload, self.events) {
-            Ok(chunk) => chunk,
-            Err(Rejected::Error(e)) => return Err(e),
-            Err(Rejected::Malformed(_)) => {
-                self.events += 1;
-                self.unknown_events += 1;
-                self.warnings
-                    .push("chat: malformed chunk ignored".to_owned());
-                return Ok(());
-            }
+        let Some(chunk) =
+            self.tally
+                .admit::<Chunk<'_>>(payload, "chat", Some("chat.completion.chunk"))?
+        else {
+            return Ok(());
         };
-        self.events += 1;
-        if let Some(error) = chunk.error {
-            let message = raw_object(Some(error)).and_then(|mut e| e.remove("message"));
-            self.warnings.push(error_warning(message.as_ref()));
-            self.unknown_events += 1;
-            return Ok(());
-        }
-        if chunk
-            .object
-            .as_ref()
-            .is_some_and(|o| o.0 != "chat.completion.chunk")
-        {
-            self.unknown_events += 1;
-            return Ok(());
-        }
         match &mut self.completion {
             None => self.completion = Some(first_top_level(payload)),
             Some(completion) => {
@@ -210,28 +184,13 @@ impl ChatAccumulator {
                     ("moderation", chunk.moderation),
                 ];
                 let vendor = chunk.vendor.iter().map(|(key, raw)| (&**key, Some(*raw)));
-                for (key, raw) in known.into_iter().chain(vendor) {
-                    let Some(value) = raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-                    else {
-                        continue;
-                    };
-                    if value.is_null() {
-                        continue;
-                    }
-                    // (In place when the key is there: no key allocated per chunk.)
-                    match completion.get_mut(key) {
-                        Some(slot) => *slot = value,
-                        None => {
-                            completion.insert(key.to_owned(), value);
-                        }
-                    }
-                }
+                replace_fields(completion, known.into_iter().chain(vendor));
             }
         }
         for choice in chunk.choices.unwrap_or_default() {
             self.add_choice(choice);
         }
-        self.cap.check(self.events - 1)
+        self.cap.check(self.tally.events - 1)
     }
 
     fn add_choice(&mut self, entries: RawEntries<'_>) {
@@ -274,7 +233,7 @@ impl ChatAccumulator {
             message.insert("content".to_owned(), Value::Null);
             message.insert("refusal".to_owned(), Value::Null);
             if let Some(delta) = delta {
-                merge_delta(&mut message, delta, &mut self.warnings, &mut self.cap);
+                merge_delta(&mut message, delta, &mut self.tally.warnings, &mut self.cap);
             }
             choice.insert("message".to_owned(), Value::Object(message));
             self.choices.push(choice);
@@ -283,7 +242,7 @@ impl ChatAccumulator {
         let choice = &mut self.choices[position];
         if let Some(delta) = delta {
             if let Some(Value::Object(message)) = choice.get_mut("message") {
-                merge_delta(message, delta, &mut self.warnings, &mut self.cap);
+                merge_delta(message, delta, &mut self.tally.warnings, &mut self.cap);
             }
         }
         if let Some(reason) = finish_reason.filter(|r| !r.is_null() && r.as_str() != Some("")) {
@@ -335,19 +294,13 @@ impl ChatAccumulator {
         Some(out)
     }
 
-    /// Error chunks, malformed chunks and list entries that could not be merged, in order.
-    pub fn warnings(&self) -> &[String] {
-        &self.warnings
-    }
-
-    /// Chunks kept out of the result: error chunks, other `object`s, malformed chunks.
-    pub fn unknown_events(&self) -> u64 {
-        self.unknown_events
-    }
-
-    /// Chunks added (every accepted payload but `[DONE]`).
-    pub fn events(&self) -> u64 {
-        self.events
+    tally_getters! {
+        /// Error chunks, malformed chunks and list entries that could not be merged, in order.
+        warnings;
+        /// Chunks kept out of the result: error chunks, other `object`s, malformed chunks.
+        unknown_events;
+        /// Chunks added (every accepted payload but `[DONE]`).
+        events;
     }
 }
 

@@ -27,10 +27,14 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::fast::{self, Hole, Raw, Template};
 use super::{
-    error_warning, is_done_marker, json, parse_event, raw_object, AccumulateError, Rejected, Str,
-    TextCap, DEFAULT_TEXT_CAP,
+    append_text, fast_top, is_done_marker, json, position_by_index, raw_objects, replace_fields,
+    AccumulateError, ChunkHead, Replaced, Str, Tally, TextCap,
 };
+
+/// The top-level fields later chunks replace when not null.
+const REPLACED: [&str; 2] = ["usage", "system_fingerprint"];
 
 /// The chunk fields read on every chunk; the first chunk is also parsed whole.
 #[derive(Deserialize)]
@@ -47,42 +51,55 @@ struct Chunk<'a> {
     error: Option<&'a RawValue>,
 }
 
+impl<'a> ChunkHead<'a> for Chunk<'a> {
+    fn error(&self) -> Option<&'a RawValue> {
+        self.error
+    }
+    fn object(&self) -> Option<&str> {
+        self.object.as_ref().map(|o| &*o.0)
+    }
+}
+
 /// The logprobs lists appended chunk by chunk.
 const LOGPROB_LISTS: [&str; 4] = ["tokens", "token_logprobs", "top_logprobs", "text_offset"];
+
+/// What a learned chunk did with one hole of its [`Template`].
+#[derive(Debug)]
+enum Action {
+    /// Appended a text to the choice at this position.
+    Append(usize),
+    /// Replaced a top-level field.
+    Replace(&'static str),
+}
+
+type Learn<'a> = fast::Learn<'a, Action>;
 
 /// Builds one `text_completion` from its stream chunks. See the module docs.
 #[derive(Debug)]
 pub struct CompletionsAccumulator {
     /// The top level from the first chunk; its `choices` value is a placeholder.
     completion: Option<Map<String, Value>>,
+    /// Replaced top-level fields not yet built into `completion` (the fast path's).
+    replaced: Replaced,
+    /// The shape of the last chunk [`add_fast`](Self::add_fast) read, and what it did.
+    template: Template,
+    actions: Vec<Action>,
     choices: Vec<Map<String, Value>>,
-    warnings: Vec<String>,
-    unknown_events: u64,
-    events: u64,
+    tally: Tally,
     cap: TextCap,
 }
 
-impl Default for CompletionsAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl CompletionsAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose choice texts are capped at `limit` bytes each (`None`: no cap);
     /// see [`AccumulateError::TextTooLarge`].
     pub fn with_text_cap(limit: Option<usize>) -> Self {
         CompletionsAccumulator {
             completion: None,
+            replaced: Replaced::default(),
+            template: Template::default(),
+            actions: Vec::new(),
             choices: Vec::new(),
-            warnings: Vec::new(),
-            unknown_events: 0,
-            events: 0,
+            tally: Tally::default(),
             cap: TextCap::new(limit),
         }
     }
@@ -92,106 +109,167 @@ impl CompletionsAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        let chunk: Chunk<'_> = match parse_event(payload, self.events) {
-            Ok(chunk) => chunk,
-            Err(Rejected::Error(e)) => return Err(e),
-            Err(Rejected::Malformed(_)) => {
-                self.events += 1;
-                self.unknown_events += 1;
-                self.warnings
-                    .push("completions: malformed chunk ignored".to_owned());
-                return Ok(());
+        if self.completion.is_some() {
+            if let Some(holes) = self.template.read(payload) {
+                self.add_templated(holes);
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
             }
+            if self.add_fast(payload).is_some() {
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
+            }
+        }
+        self.template.clear();
+        self.add_general(payload)
+    }
+
+    /// A chunk of the learned shape: what the learned chunk did, with this one's holes.
+    fn add_templated(&mut self, holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
+        let Some(completion) = self.completion.as_mut() else {
+            return;
         };
-        self.events += 1;
-        if let Some(error) = chunk.error {
-            let message = raw_object(Some(error)).and_then(|mut e| e.remove("message"));
-            self.warnings.push(error_warning(message.as_ref()));
-            self.unknown_events += 1;
+        for (hole, action) in holes.into_iter().flatten().zip(&self.actions) {
+            match (hole, action) {
+                (Hole::Text(text), Action::Append(choice)) => {
+                    append_text(&mut self.choices[*choice], "text", &text, &mut self.cap)
+                }
+                (Hole::Value(raw), Action::Replace(key)) => {
+                    self.replaced.keep(completion, key, raw)
+                }
+                // Never: the holes are read in the order they were learned with their actions.
+                _ => debug_assert!(false, "a hole of another kind"),
+            }
+        }
+    }
+
+    /// [`add_json`](Self::add_json) without the fast path (its reference, in the tests).
+    fn add_general(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+        if is_done_marker(payload) {
             return Ok(());
         }
-        if chunk
-            .object
-            .as_ref()
-            .is_some_and(|o| o.0 != "text_completion")
-        {
-            self.unknown_events += 1;
-            return Ok(());
+        if let Some(completion) = &mut self.completion {
+            self.replaced.flush(completion);
         }
+        let Some(chunk) =
+            self.tally
+                .admit::<Chunk<'_>>(payload, "completions", Some("text_completion"))?
+        else {
+            return Ok(());
+        };
         match &mut self.completion {
             None => self.completion = Some(first_top_level(payload)),
-            Some(completion) => {
-                for (key, raw) in [
-                    ("usage", chunk.usage),
-                    ("system_fingerprint", chunk.system_fingerprint),
-                ] {
-                    if let Some(value) =
-                        raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-                    {
-                        completion.insert(key.to_owned(), value);
-                    }
+            Some(completion) => replace_fields(
+                completion,
+                REPLACED
+                    .into_iter()
+                    .zip([chunk.usage, chunk.system_fingerprint]),
+            ),
+        }
+        for choice in raw_objects(chunk.choices) {
+            self.add_choice(choice);
+        }
+        self.cap.check(self.tally.events - 1)
+    }
+
+    /// A later chunk the usual way round (see `docs/internals.md`): read with the tap's reader,
+    /// each choice's text appended without building it, `usage` and `system_fingerprint` kept
+    /// as JSON (see [`Replaced`]), the other choice fields built. `None` (nothing changed) for
+    /// anything else: the first chunk, an error chunk, another `object`, a malformed chunk, a
+    /// `choices` that is not an array of objects, an `index` that is not a plain integer, a
+    /// field twice, or whatever the reader leaves to serde. The chunk is read twice: once
+    /// checking every read that can fail, then applied (the same reads, which then succeed).
+    fn add_fast(&mut self, payload: &[u8]) -> Option<()> {
+        let (top, choices) = fast_top(payload, &REPLACED, "choices", Some("text_completion"))?;
+        let mut learn = Learn::new();
+        if let Some(choices) = choices {
+            choices.items(|c| self.fast_choice(c, None))?;
+            choices.items(|c| self.fast_choice(c, Some(&mut learn)))?;
+        }
+        let completion = self.completion.as_mut()?;
+        self.replaced
+            .keep_all(completion, REPLACED, top, &mut learn, Action::Replace);
+        self.template.learn_from(payload, learn, &mut self.actions);
+        Some(())
+    }
+
+    /// One choice of [`add_fast`](Self::add_fast): checked (`learn` None: nothing changes) or
+    /// applied as [`add_choice`](Self::add_choice) applies it (what it did noted in `learn`).
+    fn fast_choice<'a>(&mut self, choice: Raw<'a>, learn: Option<&mut Learn<'a>>) -> Option<()> {
+        let apply = learn.is_some();
+        let mut index = None;
+        let mut keys: [&str; 8] = [""; 8];
+        let mut n = 0;
+        choice.entries(|key, value| {
+            // A repeated key: serde's map keeps the last value, at the first one's place.
+            if keys[..n].contains(&key) || n == keys.len() {
+                return None;
+            }
+            keys[n] = key;
+            n += 1;
+            if key == "index" {
+                index = Some(value.unsigned()?);
+            } else if !apply && !value.is_null() {
+                if key == "text" && value.first() == b'"' {
+                    value.string()?;
+                } else {
+                    value.build()?;
                 }
             }
-        }
-        if let Some(Ok(Value::Array(choices))) = chunk
-            .choices
-            .map(|r| serde_json::from_str::<Value>(r.get()))
-        {
-            for choice in choices {
-                if let Value::Object(choice) = choice {
-                    self.add_choice(choice);
+            Some(())
+        })?;
+        let Some(learn) = learn else {
+            return Some(());
+        };
+        let at = self.choice(index.unwrap_or(0));
+        let (ours, cap) = (&mut self.choices[at], &mut self.cap);
+        choice.entries(|key, value| {
+            match (key, value.first()) {
+                ("index", _) | (_, b'n') => {}
+                ("text", b'"') => {
+                    append_text(ours, "text", &value.string()?, cap);
+                    learn.holes.push((value, true, Action::Append(at)));
                 }
+                ("text", _) => {}
+                // Its lists are appended: not the same when done again.
+                ("logprobs", b'{') => {
+                    learn.ok = false;
+                    set_field(ours, key.to_owned(), value.build()?);
+                }
+                ("finish_reason", b'"') if value.json() == "\"\"" => {}
+                (key, _) => set_field(ours, key.to_owned(), value.build()?),
             }
-        }
-        self.cap.check(self.events - 1)
+            Some(())
+        })
+    }
+
+    /// Where the choice `index` is, created (`{index, text: "", logprobs: null,
+    /// finish_reason: null}`) if new.
+    fn choice(&mut self, index: u64) -> usize {
+        position_by_index(&self.choices, index).unwrap_or_else(|| {
+            let mut fresh = Map::new();
+            fresh.insert("index".to_owned(), Value::from(index));
+            fresh.insert("text".to_owned(), Value::String(String::new()));
+            fresh.insert("logprobs".to_owned(), Value::Null);
+            fresh.insert("finish_reason".to_owned(), Value::Null);
+            self.choices.push(fresh);
+            self.choices.len() - 1
+        })
     }
 
     fn add_choice(&mut self, fields: Map<String, Value>) {
         let index = fields.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let has = |c: &Map<String, Value>| c.get("index").and_then(Value::as_u64) == Some(index);
-        let position = match self.choices.get(index as usize) {
-            Some(c) if has(c) => Some(index as usize),
-            _ => self.choices.iter().position(has),
-        };
-        let choice = match position {
-            Some(p) => &mut self.choices[p],
-            None => {
-                let mut fresh = Map::new();
-                fresh.insert("index".to_owned(), Value::from(index));
-                fresh.insert("text".to_owned(), Value::String(String::new()));
-                fresh.insert("logprobs".to_owned(), Value::Null);
-                fresh.insert("finish_reason".to_owned(), Value::Null);
-                self.choices.push(fresh);
-                self.choices.last_mut().expect("just pushed")
-            }
-        };
+        let at = self.choice(index);
+        let choice = &mut self.choices[at];
         for (key, value) in fields {
             match (key.as_str(), value) {
                 ("index", _) | (_, Value::Null) => {}
-                ("text", Value::String(piece)) => match choice.get_mut("text") {
-                    Some(Value::String(text)) => {
-                        if self.cap.admits(text.len(), piece.len()) {
-                            text.push_str(&piece);
-                        }
-                    }
-                    _ => {
-                        if self.cap.admits(0, piece.len()) {
-                            choice.insert(key, Value::String(piece));
-                        }
-                    }
-                },
-                ("text", _) => {}
-                ("logprobs", Value::Object(new)) => match choice.get_mut("logprobs") {
-                    Some(Value::Object(ours)) => merge_logprobs(ours, new),
-                    _ => {
-                        choice.insert(key, Value::Object(new));
-                    }
-                },
-                ("logprobs", _) => {}
-                ("finish_reason", Value::String(s)) if s.is_empty() => {}
-                (_, value) => {
-                    choice.insert(key, value);
+                ("text", Value::String(piece)) => {
+                    append_text(choice, "text", &piece, &mut self.cap)
                 }
+                ("text", _) => {}
+                ("finish_reason", Value::String(s)) if s.is_empty() => {}
+                (_, value) => set_field(choice, key, value),
             }
         }
     }
@@ -204,25 +282,19 @@ impl CompletionsAccumulator {
             if key == "choices" {
                 json::write_objects(out, &self.choices);
             } else {
-                json::write_value(out, value);
+                self.replaced.write(out, key, value);
             }
         });
         Some(out)
     }
 
-    /// Error chunks and malformed chunks, in order.
-    pub fn warnings(&self) -> &[String] {
-        &self.warnings
-    }
-
-    /// Chunks kept out of the result: error chunks, other `object`s, malformed chunks.
-    pub fn unknown_events(&self) -> u64 {
-        self.unknown_events
-    }
-
-    /// Chunks added (every accepted payload but `[DONE]`).
-    pub fn events(&self) -> u64 {
-        self.events
+    tally_getters! {
+        /// Error chunks and malformed chunks, in order.
+        warnings;
+        /// Chunks kept out of the result: error chunks, other `object`s, malformed chunks.
+        unknown_events;
+        /// Chunks added (every accepted payload but `[DONE]`).
+        events;
     }
 }
 
@@ -242,6 +314,23 @@ fn first_top_level(payload: &[u8]) -> Map<String, Value> {
         top.entry(key).or_insert(default);
     }
     top
+}
+
+/// A choice field (not `index`, `text`, null, or an empty `finish_reason`) applied to the choice:
+/// `logprobs` (an object) merged, a `logprobs` of another type ignored, any other field set.
+fn set_field(choice: &mut Map<String, Value>, key: String, value: Value) {
+    match (key.as_str(), value) {
+        ("logprobs", Value::Object(new)) => match choice.get_mut("logprobs") {
+            Some(Value::Object(ours)) => merge_logprobs(ours, new),
+            _ => {
+                choice.insert(key, Value::Object(new));
+            }
+        },
+        ("logprobs", _) => {}
+        (_, value) => {
+            choice.insert(key, value);
+        }
+    }
 }
 
 /// Appends a chunk's logprobs lists to the choice's (see the module docs).
@@ -319,6 +408,123 @@ mod tests {
         assert_eq!(got["object"], "text_completion");
         assert!(acc.add_json(b"\"text\"").is_err());
         assert!(acc.add_json(b"{\"choices\":").is_err());
+    }
+
+    /// Feeds `lines` through the fast path and through the general one alone: the same results
+    /// (after every chunk), errors, warnings and counts.
+    fn agree(lines: &[&[u8]], cap: Option<usize>) {
+        let mut fast = CompletionsAccumulator::with_text_cap(cap);
+        let mut general = CompletionsAccumulator::with_text_cap(cap);
+        for line in lines {
+            assert_eq!(
+                fast.add_json(line),
+                general.add_general(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert_eq!(fast.events(), general.events());
+            assert_eq!(fast.snapshot_json(), general.snapshot_json());
+        }
+        assert_eq!(fast.snapshot_json(), general.snapshot_json());
+        assert_eq!(fast.warnings(), general.warnings());
+        assert_eq!(fast.unknown_events(), general.unknown_events());
+    }
+
+    const CHUNKS: [&str; 6] = [
+        r#"{"id":"c1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"Hel","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
+        r#"{"id":"c1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"lo\n\u00e9\ud83d\ude00","logprobs":{"tokens":["lo"],"token_logprobs":[-0.25],"top_logprobs":[{"lo":-0.25}],"text_offset":[3]},"finish_reason":null,"stop_reason":null}],"usage":null,"vendor":{"a":[1,2.5]}}"#,
+        r#"{"id":"c1","object":"text_completion","created":7,"model":"m","choices":[{"index":1,"text":"Bye","finish_reason":"","seed":3},{"text":" there","logprobs":{"tokens":[],"extra":1}}],"system_fingerprint":"fp"}"#,
+        r#"{"id":"c1","created":7,"model":"m","choices":[{"index":1,"text":"","finish_reason":"stop","stop_reason":"\n","logprobs":7},{"index":0,"text":5}],"usage":{"prompt_tokens":2}}"#,
+        r#"{"id":"c1","object":null,"choices":[{"index":0,"text":"!","finish_reason":"length"}],"usage":{"prompt_tokens":2,"total_tokens":5},"system_fingerprint":"fp","error":null}"#,
+        "[DONE]",
+    ];
+
+    #[test]
+    fn fast_path_agrees_with_the_general_one() {
+        let chunks: Vec<&[u8]> = CHUNKS.iter().map(|c| c.as_bytes()).collect();
+        // Every chunk but the first (and `[DONE]`) goes the fast way.
+        let mut acc = CompletionsAccumulator::new();
+        acc.add_json(chunks[0]).unwrap();
+        for chunk in chunks[1..].iter().filter(|c| !is_done_marker(c)) {
+            assert!(
+                acc.add_fast(chunk).is_some(),
+                "{}",
+                String::from_utf8_lossy(chunk)
+            );
+        }
+        for cap in [None, Some(6), Some(1 << 20)] {
+            agree(&chunks, cap);
+        }
+        let mut odd = chunks.clone();
+        for extra in [
+            &br#"{"error":{"message":"busy"}}"#[..],
+            br#"{"object":"chat.completion.chunk","choices":[{"text":"x"}]}"#,
+            br#"{"object":5,"choices":[]}"#,
+            br#"{"object":"text_completion","object":"text_completion"}"#,
+            br#"{"choices":[{"index":0,"index":1}]}"#,
+            br#"{"choices":[{"index":-1,"text":"x"}]}"#,
+            br#"{"choices":[{"text":"y","text":"z"}]}"#,
+            br#"{"choices":{"text":"y"}}"#,
+            br#"{"choices":[3,{"text":"w"}]}"#,
+            br#"{"usage":{"n":1e400}}"#,
+            br#"{"usage":{"n":-0}}"#,
+            br#"{"system_fingerprint":"f\ud800"}"#,
+            b"{\"choices\":[]}\r",
+            b"\"text\"",
+        ] {
+            odd.insert(3, extra);
+        }
+        agree(&odd, None);
+    }
+
+    /// Runs of one shape (read by the template after the first of the run), with the texts and
+    /// usage changing, and each chunk of the run mutated.
+    #[test]
+    fn template_agrees_with_the_general_path() {
+        let run = [
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"a","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"b\n\"\u00e9","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"c","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"d","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":1}}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"d2","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":-12.5e-3}}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"e","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":[2, 3.5]}}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"f","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"n":1e400}}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":1,"text":"g","logprobs":{"tokens":["g"]},"finish_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":1,"text":"h","logprobs":{"tokens":["h"]},"finish_reason":null}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"i","logprobs":null,"finish_reason":"length","stop_reason":null},{"index":1,"text":"j"}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"k","logprobs":null,"finish_reason":"length","stop_reason":null},{"index":1,"text":"l"}],"usage":null}"#,
+            r#"{"id":"c","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9}}"#,
+        ];
+        let lines: Vec<&[u8]> = run.iter().map(|c| c.as_bytes()).collect();
+        let mut acc = CompletionsAccumulator::new();
+        for line in &lines[..2] {
+            acc.add_json(line).unwrap();
+        }
+        assert!(
+            acc.template.read(lines[2]).is_some(),
+            "a run is read by the template"
+        );
+        for cap in [None, Some(3), Some(7)] {
+            agree(&lines, cap);
+        }
+        for at in 1..lines.len() {
+            for mutated in crate::accumulate::mutations(lines[at]) {
+                let mut mutated_lines = lines.clone();
+                mutated_lines[at] = &mutated;
+                agree(&mutated_lines, Some(7));
+            }
+        }
+    }
+
+    #[test]
+    fn fast_path_agrees_on_mutated_chunks() {
+        for at in 1..CHUNKS.len() - 1 {
+            for mutated in crate::accumulate::mutations(CHUNKS[at].as_bytes()) {
+                let mut lines: Vec<&[u8]> = CHUNKS.iter().map(|c| c.as_bytes()).collect();
+                lines[at] = &mutated;
+                agree(&lines, Some(8));
+            }
+        }
     }
 
     #[test]

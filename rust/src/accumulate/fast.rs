@@ -1080,6 +1080,427 @@ pub(crate) fn object(json: &str) -> Option<Map<String, Value>> {
     (r.pos == r.buf.len()).then_some(map)
 }
 
+/// A JSON value inside a payload read by [`entries`]: validated, not built. Read it with its
+/// methods, which use this reader's own (so a value reads as it would inside an event).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Raw<'a>(&'a str);
+
+impl<'a> Raw<'a> {
+    fn reader(self) -> Reader<'a> {
+        Reader {
+            buf: self.0.as_bytes(),
+            text: self.0,
+            pos: 0,
+        }
+    }
+
+    /// The value's JSON text, as it came.
+    pub(crate) fn json(self) -> &'a str {
+        self.0
+    }
+
+    pub(crate) fn is_null(self) -> bool {
+        self.0 == "null"
+    }
+
+    /// The first byte (`"`, `{`, `[`, a digit, `-`, `t`, `f` or `n`).
+    pub(crate) fn first(self) -> u8 {
+        self.0.as_bytes()[0]
+    }
+
+    /// A string's text (unescaped); `None` if not a string.
+    pub(crate) fn string(self) -> Option<Cow<'a, str>> {
+        let mut r = self.reader();
+        (r.peek()? == b'"').then(|| r.string())?
+    }
+
+    /// A plain non-negative integer that fits `u64`; `None` for anything else.
+    pub(crate) fn unsigned(self) -> Option<u64> {
+        let mut r = self.reader();
+        let n = r.unsigned()?;
+        (r.pos == r.buf.len()).then_some(n)
+    }
+
+    /// `true` / `false`; `None` for anything else.
+    pub(crate) fn boolean(self) -> Option<bool> {
+        match self.0 {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The value as serde_json builds it; `None` when serde must decide (see [`object`]).
+    pub(crate) fn build(self) -> Option<Value> {
+        self.reader().build(0)
+    }
+
+    /// Whether serde_json reads this value as a `Value` (every number finite and, for an
+    /// integer, at most 19 digits): then `serde_json::from_str::<Value>(raw.json())` succeeds.
+    pub(crate) fn buildable(self) -> bool {
+        Lexer::new(self.0.as_bytes())
+            .skip_buildable_value(0)
+            .is_some()
+    }
+
+    /// An object's entries in order, as [`entries`] reads a payload's; `None` if not an object
+    /// (or when serde must decide).
+    pub(crate) fn entries(self, f: impl FnMut(&'a str, Raw<'a>) -> Option<()>) -> Option<()> {
+        self.reader().entries::<true>(f)
+    }
+
+    /// An array's items in order; `None` if not an array (or when serde must decide).
+    pub(crate) fn items(self, mut f: impl FnMut(Raw<'a>) -> Option<()>) -> Option<()> {
+        let mut r = self.reader();
+        r.eat(b'[')?;
+        if r.next_byte()? == b']' {
+            return Some(());
+        }
+        loop {
+            f(r.raw::<true>()?)?;
+            match r.next_byte()? {
+                b',' => r.pos += 1,
+                b']' => return Some(()),
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Reads the payload `payload`, one JSON object, entry by entry: `f` gets each key (one
+/// without escapes) and its value, validated, not built. `None` (perhaps after some calls of
+/// `f`) when `f` says so or serde must decide: what [`Reader::checked`] refuses, an escaped
+/// key, anything invalid, anything after the object but spaces. So a caller acts only once
+/// this returns `Some`.
+///
+/// The accumulators' fast paths read a chunk with it: they look at the fields they need, and
+/// build (or keep as JSON) only those (`docs/internals.md`).
+pub(crate) fn entries<'a>(
+    payload: &'a [u8],
+    f: impl FnMut(&'a str, Raw<'a>) -> Option<()>,
+) -> Option<()> {
+    let mut r = Reader::checked(payload)?;
+    r.skip_spaces();
+    r.entries::<false>(f)?;
+    r.skip_spaces();
+    (r.pos == r.buf.len()).then_some(())
+}
+
+impl<'a> Reader<'a> {
+    /// The object at the reader's position, entry by entry (see [`entries`]). `KNOWN`: inside a
+    /// value [`entries`] validated, so values are skipped by [`skip_known`](Self::skip_known).
+    fn entries<const KNOWN: bool>(
+        &mut self,
+        mut f: impl FnMut(&'a str, Raw<'a>) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(b'{')?;
+        if self.next_byte()? == b'}' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            self.next_byte()?;
+            let key = self.plain_key()?;
+            if self.next_byte()? != b':' {
+                return None;
+            }
+            self.pos += 1;
+            let value = self.raw::<KNOWN>()?;
+            // SAFETY: a key is delimited by ASCII quotes in text that is UTF-8.
+            f(unsafe { std::str::from_utf8_unchecked(key) }, value)?;
+            match self.next_byte()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The value at the reader's position (after spaces), validated (unless `KNOWN`: see
+    /// [`entries`](Self::entries)) and skipped.
+    fn raw<const KNOWN: bool>(&mut self) -> Option<Raw<'a>> {
+        self.next_byte()?;
+        let start = self.pos;
+        if KNOWN {
+            self.skip_known()?;
+        } else {
+            self.skip_value()?;
+        }
+        Some(Raw(&self.text[start..self.pos]))
+    }
+
+    /// Skips a value known to be valid JSON (part of one that [`skip_value`](Self::skip_value)
+    /// validated): only its strings and brackets are looked at, to find its end.
+    fn skip_known(&mut self) -> Option<()> {
+        let buf = self.buf;
+        let mut i = self.pos;
+        let mut depth = 0usize;
+        loop {
+            match *buf.get(i)? {
+                b'"' => {
+                    let mut at = i + 1;
+                    loop {
+                        let stop = quote_or_backslash(buf, at)?;
+                        if buf[stop] == b'"' {
+                            i = stop + 1;
+                            break;
+                        }
+                        at = stop + 2; // the escaped byte (`\u` digits are not quotes)
+                    }
+                }
+                b'{' | b'[' => {
+                    depth += 1;
+                    i += 1;
+                    continue;
+                }
+                b'}' | b']' => {
+                    depth = depth.checked_sub(1)?;
+                    i += 1;
+                }
+                // A scalar: to the byte that ends it.
+                _ if depth == 0 => {
+                    while !matches!(buf.get(i), None | Some(b',' | b'}' | b']' | b' ')) {
+                        i += 1;
+                    }
+                }
+                _ => i += 1,
+            }
+            if depth == 0 {
+                self.pos = i;
+                return Some(());
+            }
+        }
+    }
+}
+
+/// The most holes a [`Template`] has.
+pub(crate) const MAX_HOLES: usize = 4;
+
+/// A hole's value in a chunk read by a [`Template`].
+#[derive(Debug)]
+pub(crate) enum Hole<'a> {
+    /// A string's text (unescaped).
+    Text(Cow<'a, str>),
+    /// A value, validated, that serde_json builds (see [`Raw::buildable`]).
+    Value(Raw<'a>),
+}
+
+/// What a fast path notes reading a chunk, for [`Template::learn_from`]: the values that are
+/// holes (with whether each is a text) and what the accumulator did with each (`A`); `ok`
+/// false when the chunk did something that done again would not give the same (a part
+/// appended, logprobs lists extended): then it is no shape.
+pub(crate) struct Learn<'a, A> {
+    pub ok: bool,
+    pub holes: Vec<(Raw<'a>, bool, A)>,
+}
+
+impl<A> Learn<'_, A> {
+    pub(crate) fn new() -> Self {
+        Learn {
+            ok: true,
+            holes: Vec::new(),
+        }
+    }
+}
+
+/// The shape of a chunk an accumulator's fast path read, to read the next chunks of the same
+/// shape faster (the Gemini and Completions taps' [`Shape`]): its bytes cut into fixed runs and
+/// holes. A hole is a text (a string the accumulator appended) or a number inside a value (a
+/// field it replaces, such as a usage object: its numbers change from chunk to chunk, its keys
+/// and strings do not). A payload whose bytes equal the fixed runs exactly, with a string in
+/// each text hole and a number serde builds in each number hole, differs from the learned one
+/// only inside the holes: each is one whole JSON string or number read where the learned one
+/// was, followed by the same bytes, so the payload is the learned one with other strings and
+/// numbers there (and each replaced value is still valid JSON that serde builds). The
+/// accumulator, which learned what the chunk did, then does the same with the new texts and
+/// values. Any other payload is a miss.
+#[derive(Debug, Default)]
+pub(crate) struct Template {
+    learned: Vec<u8>,
+    /// Each hole's start and end in `learned`, and whether it is a text (else a number).
+    holes: Vec<(usize, usize, bool)>,
+    /// What [`read`](Self::read) gives, in order: a text (the next text hole), or a value (its
+    /// start and end in `learned`, and its number holes `first..last`).
+    outputs: Vec<Output>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Output {
+    Text,
+    Value {
+        start: usize,
+        end: usize,
+        first: usize,
+        last: usize,
+    },
+}
+
+/// The most number holes a [`Template`] has.
+const MAX_NUMBERS: usize = 24;
+
+impl Template {
+    pub(crate) fn clear(&mut self) {
+        self.learned.clear();
+        self.holes.clear();
+        self.outputs.clear();
+    }
+
+    /// Learns `payload`'s shape with `spans` (values [`entries`] read from this very payload,
+    /// in order, each with whether it is a text: a string). A value's numbers are its holes; a
+    /// value without numbers is fixed, and dropped from the outputs: `kept` says which spans are
+    /// outputs. None (nothing learned) if they are not in order, not in `payload`, or too many.
+    fn learn(
+        &mut self,
+        payload: &[u8],
+        spans: &[(Raw<'_>, bool)],
+        kept: &mut Vec<bool>,
+    ) -> Option<()> {
+        self.clear();
+        kept.clear();
+        let base = payload.as_ptr() as usize;
+        let mut last = 0;
+        for &(raw, text) in spans {
+            let start = (raw.0.as_ptr() as usize).checked_sub(base)?;
+            let end = start + raw.0.len();
+            if start < last || end > payload.len() || (text && raw.first() != b'"') {
+                return None;
+            }
+            last = end;
+            if text {
+                self.outputs.push(Output::Text);
+                self.holes.push((start, end, true));
+                kept.push(true);
+                continue;
+            }
+            let first = self.holes.len();
+            // The numbers of the value: outside its strings, a run from `-` or a digit.
+            let bytes = raw.0.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() {
+                match bytes[i] {
+                    b'"' => {
+                        let mut at = i + 1;
+                        loop {
+                            let stop = quote_or_backslash(bytes, at)?;
+                            if bytes[stop] == b'"' {
+                                i = stop + 1;
+                                break;
+                            }
+                            at = stop + 2;
+                        }
+                    }
+                    b'-' | b'0'..=b'9' => {
+                        let (stop, _) = number_syntax(bytes, i)?;
+                        self.holes.push((start + i, start + stop, false));
+                        i = stop;
+                    }
+                    _ => i += 1,
+                }
+            }
+            let numbers = self.holes.len() - first;
+            kept.push(numbers > 0);
+            if numbers > 0 {
+                self.outputs.push(Output::Value {
+                    start,
+                    end,
+                    first,
+                    last: self.holes.len(),
+                });
+            }
+        }
+        if self.outputs.len() > MAX_HOLES || self.holes.len() > MAX_NUMBERS + MAX_HOLES {
+            return None;
+        }
+        self.learned.extend_from_slice(payload);
+        Some(())
+    }
+
+    /// Learns `payload`'s shape from what a fast path noted reading it (see [`Learn`]), with
+    /// the outputs' actions in `actions`, in order; clears both if it is not one.
+    pub(crate) fn learn_from<A>(
+        &mut self,
+        payload: &[u8],
+        learn: Learn<'_, A>,
+        actions: &mut Vec<A>,
+    ) {
+        let Learn { ok, mut holes } = learn;
+        actions.clear();
+        holes.sort_by_key(|(raw, _, _)| raw.0.as_ptr() as usize);
+        let spans: Vec<(Raw<'_>, bool)> = holes.iter().map(|h| (h.0, h.1)).collect();
+        let mut kept = Vec::new();
+        if !ok || self.learn(payload, &spans, &mut kept).is_none() {
+            self.clear();
+            return;
+        }
+        actions.extend(
+            holes
+                .into_iter()
+                .zip(kept)
+                .filter_map(|(h, kept)| kept.then_some(h.2)),
+        );
+    }
+
+    /// The outputs of `payload` if it has the learned shape (see [`Template`]): each text's
+    /// string, each value's JSON.
+    pub(crate) fn read<'a>(&self, payload: &'a [u8]) -> Option<[Option<Hole<'a>>; MAX_HOLES]> {
+        if self.learned.is_empty() {
+            return None;
+        }
+        let mut r = Reader::checked(payload)?;
+        let mut out = [None, None, None, None];
+        // Where each hole is in `payload`.
+        let mut at = [(0usize, 0usize); MAX_NUMBERS + MAX_HOLES];
+        let mut texts: [Option<Cow<'a, str>>; MAX_HOLES] = [None, None, None, None];
+        let mut text_n = 0;
+        let mut from = 0;
+        for (i, &(start, end, text)) in self.holes.iter().enumerate() {
+            let fixed = &self.learned[from..start];
+            if !same(r.buf.get(r.pos..r.pos + fixed.len())?, fixed) {
+                return None;
+            }
+            r.pos += fixed.len();
+            let begin = r.pos;
+            if text {
+                texts[text_n] = Some(r.string()?);
+                text_n += 1;
+            } else {
+                let mut lx = Lexer::new(r.buf);
+                lx.seek(begin);
+                if !matches!(lx.peek()?, b'-' | b'0'..=b'9') {
+                    return None;
+                }
+                lx.skip_buildable_value(0)?;
+                r.pos = lx.position();
+            }
+            at[i] = (begin, r.pos);
+            from = end;
+        }
+        if !same(&r.buf[r.pos..], &self.learned[from..]) {
+            return None;
+        }
+        let mut texts = texts.into_iter().flatten();
+        for (slot, output) in out.iter_mut().zip(&self.outputs) {
+            *slot = Some(match *output {
+                Output::Text => Hole::Text(texts.next()?),
+                Output::Value {
+                    start,
+                    end,
+                    first,
+                    last,
+                } => {
+                    let begin = at[first].0 - (self.holes[first].0 - start);
+                    let stop = at[last - 1].1 + (end - self.holes[last - 1].1);
+                    Hole::Value(Raw(&r.text[begin..stop]))
+                }
+            });
+        }
+        Some(out)
+    }
+}
+
 fn str_slot<'e, 'a>(ev: &'e mut StreamEvent<'a>, n: usize) -> &'e mut Option<Str<'a>> {
     match n {
         0 => &mut ev.kind,

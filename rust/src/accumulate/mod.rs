@@ -54,6 +54,27 @@ use serde_json::{Map, Value};
 
 use crate::framing::{Framer, RawEvent, Sink, Wholes};
 
+/// The getters of the counts an accumulator keeps in a [`Tally`] (`warnings()`,
+/// `unknown_events()`, `events()`), each with its docs.
+macro_rules! tally_getters {
+    ($(#[$w:meta])* warnings; $(#[$u:meta])* unknown_events; $(#[$e:meta])* events;) => {
+        $(#[$w])*
+        pub fn warnings(&self) -> &[String] {
+            &self.tally.warnings
+        }
+
+        $(#[$u])*
+        pub fn unknown_events(&self) -> u64 {
+            self.tally.unknown_events
+        }
+
+        $(#[$e])*
+        pub fn events(&self) -> u64 {
+            self.tally.events
+        }
+    };
+}
+
 mod anthropic;
 mod chat;
 mod completions;
@@ -148,6 +169,34 @@ macro_rules! impl_accumulate {
         }
     };
 }
+
+/// `new()` (texts capped at [`DEFAULT_TEXT_CAP`] bytes each) and `Default` (the same) for the
+/// accumulators, each of which has `with_text_cap(limit)`.
+macro_rules! impl_new {
+    ($($t:ty),*) => {$(
+        impl $t {
+            /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
+            pub fn new() -> Self {
+                Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
+            }
+        }
+
+        impl Default for $t {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+    )*};
+}
+
+impl_new!(
+    ResponseAccumulator,
+    ChatAccumulator,
+    RealtimeAccumulator,
+    GeminiAccumulator,
+    CompletionsAccumulator,
+    AnthropicAccumulator
+);
 
 impl_accumulate!(
     ResponseAccumulator,
@@ -440,9 +489,7 @@ pub(crate) fn read_stream_event<'a>(
     payload: &'a [u8],
     ev: &mut StreamEvent<'a>,
     shape: &mut fast::Shape,
-    events: &mut u64,
-    unknown: &mut u64,
-    warnings: &mut Vec<String>,
+    tally: &mut Tally,
     used: fn(&str) -> bool,
 ) -> Result<bool, AccumulateError> {
     if shape.is_learned() {
@@ -458,17 +505,19 @@ pub(crate) fn read_stream_event<'a>(
         shape.missed(payload);
         return Ok(true);
     }
-    match parse_event(payload, *events) {
+    match parse_event(payload, tally.events) {
         Ok(parsed) => {
             *ev = parsed;
             Ok(true)
         }
         Err(Rejected::Error(e)) => Err(e),
         Err(Rejected::Malformed(kind)) => {
-            *events += 1;
-            *unknown += 1;
+            tally.events += 1;
+            tally.unknown_events += 1;
             if used(&kind) {
-                warnings.push(format!("{kind}: malformed event ignored"));
+                tally
+                    .warnings
+                    .push(format!("{kind}: malformed event ignored"));
             }
             Ok(false)
         }
@@ -613,6 +662,291 @@ impl TextCap {
             }),
             _ => Ok(()),
         }
+    }
+}
+
+/// The top-level fields a fast path saw replaced (`usage`, `usageMetadata`, ...: the last
+/// non-null one wins), kept as their JSON text until the object is read instead of being built
+/// at every chunk only to be replaced at the next. Each kept key holds a placeholder in the
+/// object, so that it keeps the place it would have had; [`Replaced::flush`] (before the object
+/// is changed another way) and [`Replaced::write`] (when it is written) build the kept values
+/// with serde, as the general path builds them.
+#[derive(Debug, Default)]
+pub(crate) struct Replaced {
+    kept: Vec<(&'static str, String)>,
+}
+
+impl Replaced {
+    /// Keeps `raw` as the value of `top[key]` if it is not null, returning false (nothing
+    /// changed) if serde might not build it (see [`fast::Raw::buildable`]). A string equal to
+    /// the one in place is not kept (the usual `modelVersion`, `responseId`).
+    pub fn keep(&mut self, top: &mut Map<String, Value>, key: &'static str, raw: fast::Raw<'_>) {
+        if raw.is_null() {
+            return;
+        }
+        let slot = self.kept.iter().position(|(k, _)| *k == key);
+        if slot.is_none() && raw.first() == b'"' {
+            if let (Some(Value::String(ours)), Some(theirs)) = (top.get(key), raw.string()) {
+                if *ours == theirs {
+                    return;
+                }
+            }
+        }
+        // A kept key has its placeholder (or, after a flush, its value) already.
+        if slot.is_none() && !top.contains_key(key) {
+            top.insert(key.to_owned(), Value::Null);
+        }
+        match slot {
+            Some(i) => {
+                let json = &mut self.kept[i].1;
+                json.clear();
+                json.push_str(raw.json());
+            }
+            None => self.kept.push((key, raw.json().to_owned())),
+        }
+    }
+
+    /// [`keep`](Self::keep) of each of `raws` (values of `keys`), noting the kept values that
+    /// are not strings as holes of the chunk's shape (a string stays in the shape: a chunk of
+    /// the shape replaces it with itself).
+    pub fn keep_all<'a, A, const N: usize>(
+        &mut self,
+        top: &mut Map<String, Value>,
+        keys: [&'static str; N],
+        raws: [Option<fast::Raw<'a>>; N],
+        learn: &mut fast::Learn<'a, A>,
+        action: impl Fn(&'static str) -> A,
+    ) {
+        for (key, raw) in keys.into_iter().zip(raws) {
+            if let Some(raw) = raw {
+                self.keep(top, key, raw);
+                if raw.first() != b'"' {
+                    learn.holes.push((raw, false, action(key)));
+                }
+            }
+        }
+    }
+
+    /// Whether `keep` would keep (or skip) every one of `raws` (none unbuildable).
+    fn can_keep(raws: &[Option<fast::Raw<'_>>]) -> bool {
+        raws.iter()
+            .flatten()
+            .all(|raw| raw.is_null() || raw.first() == b'"' || raw.buildable())
+    }
+
+    /// Builds the kept values into `top`.
+    pub fn flush(&mut self, top: &mut Map<String, Value>) {
+        for (key, json) in self.kept.drain(..) {
+            if let Ok(value) = serde_json::from_str::<Value>(&json) {
+                top.insert(key.to_owned(), value);
+            }
+        }
+    }
+
+    /// Writes `top[key]` (the kept value if there is one).
+    pub fn write(&self, out: &mut Vec<u8>, key: &str, value: &Value) {
+        let kept = self.kept.iter().find(|(k, _)| *k == key);
+        match kept.and_then(|(_, json)| serde_json::from_str::<Value>(json).ok()) {
+            Some(kept) => json::write_value(out, &kept),
+            None => json::write_value(out, value),
+        }
+    }
+}
+
+/// An accumulator's counts (`warnings()`, `unknown_events()`, `events()`), and how the
+/// chunk-per-object ones (Chat, Completions, Gemini) read a chunk first ([`Tally::admit`]).
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub warnings: Vec<String>,
+    pub unknown_events: u64,
+    pub events: u64,
+}
+
+/// A chunk type of [`Tally::admit`]: its `error` and `object` fields.
+pub(crate) trait ChunkHead<'a>: Deserialize<'a> {
+    fn error(&self) -> Option<&'a RawValue>;
+    fn object(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl Tally {
+    /// Reads `payload` as a chunk `T` and counts it in `events`. `Ok(None)` when the chunk is
+    /// kept out of the result and counted in `unknown_events`: malformed (with the warning
+    /// `"{label}: malformed chunk ignored"`), an `error` that is not null (with the warning
+    /// `"error event: {error.message}"`), or an `object` that is not `object` (when given).
+    /// An unreadable payload is the error, and counts nowhere.
+    pub fn admit<'a, T: ChunkHead<'a>>(
+        &mut self,
+        payload: &'a [u8],
+        label: &str,
+        object: Option<&str>,
+    ) -> Result<Option<T>, AccumulateError> {
+        let chunk: T = match parse_event(payload, self.events) {
+            Ok(chunk) => chunk,
+            Err(Rejected::Error(e)) => return Err(e),
+            Err(Rejected::Malformed(_)) => {
+                self.events += 1;
+                self.unknown_events += 1;
+                self.warnings
+                    .push(format!("{label}: malformed chunk ignored"));
+                return Ok(None);
+            }
+        };
+        self.events += 1;
+        if let Some(error) = chunk.error() {
+            let message = raw_object(Some(error)).and_then(|mut e| e.remove("message"));
+            self.warnings.push(error_warning(message.as_ref()));
+            self.unknown_events += 1;
+            return Ok(None);
+        }
+        if let (Some(expected), Some(theirs)) = (object, chunk.object()) {
+            if theirs != expected {
+                self.unknown_events += 1;
+                return Ok(None);
+            }
+        }
+        Ok(Some(chunk))
+    }
+}
+
+/// A later chunk's replaced top-level fields (Chat, Completions, Gemini): each value that is
+/// there, not null, and parses replaces `top`'s (in place when the key is there: no key
+/// allocated per chunk).
+pub(crate) fn replace_fields<'k>(
+    top: &mut Map<String, Value>,
+    fields: impl IntoIterator<Item = (&'k str, Option<&'k RawValue>)>,
+) {
+    for (key, raw) in fields {
+        let Some(value) = raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok()) else {
+            continue;
+        };
+        if value.is_null() {
+            continue;
+        }
+        match top.get_mut(key) {
+            Some(slot) => *slot = value,
+            None => {
+                top.insert(key.to_owned(), value);
+            }
+        }
+    }
+}
+
+/// The objects of `raw` (a chunk's `choices`, `candidates`) as serde builds them; none when it
+/// is not an array, and an entry that is not an object skipped.
+pub(crate) fn raw_objects(raw: Option<&RawValue>) -> Vec<Map<String, Value>> {
+    match raw.map(|r| serde_json::from_str::<Value>(r.get())) {
+        Some(Ok(Value::Array(items))) => items
+            .into_iter()
+            .filter_map(|item| match item {
+                Value::Object(map) => Some(map),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A later chunk's top level as the Gemini and Completions fast paths read it: the values of
+/// the `replaced` fields and of the `list` (`candidates`, `choices`), read by [`fast::entries`].
+/// `None` (the general path decides) when a read field is there twice, `error` is not null,
+/// `object` is there and is neither null nor the string `object` (when given), a replaced
+/// value might not build (see [`fast::Raw::buildable`]), or the reader leaves it to serde.
+pub(crate) fn fast_top<'a, const N: usize>(
+    payload: &'a [u8],
+    replaced: &[&'static str; N],
+    list: &str,
+    object: Option<&str>,
+) -> Option<([Option<fast::Raw<'a>>; N], Option<fast::Raw<'a>>)> {
+    let (mut top, mut items) = ([None; N], None);
+    let mut seen = 0u32;
+    fast::entries(payload, |key, value| {
+        let n = if key == list {
+            N
+        } else if key == "error" {
+            N + 1
+        } else if key == "object" && object.is_some() {
+            N + 2
+        } else {
+            match replaced.iter().position(|k| *k == key) {
+                Some(n) => n,
+                None => return Some(()),
+            }
+        };
+        if seen & (1 << n) != 0 {
+            return None;
+        }
+        seen |= 1 << n;
+        if n < N {
+            top[n] = Some(value);
+            return Some(());
+        }
+        match n - N {
+            0 => items = Some(value),
+            1 => return value.is_null().then_some(()),
+            _ => {
+                let expected = object.unwrap_or_default();
+                let same = value.json().len() == expected.len() + 2
+                    && value.first() == b'"'
+                    && &value.json()[1..expected.len() + 1] == expected;
+                return (same || value.is_null()).then_some(());
+            }
+        }
+        Some(())
+    })?;
+    if !Replaced::can_keep(&top) {
+        return None;
+    }
+    Some((top, items.filter(|i| !i.is_null())))
+}
+
+/// Variants of `payload` for the differential tests of the fast paths: each byte replaced by
+/// bytes that change JSON's meaning (quotes, escapes, brackets, numbers, literals), bytes cut,
+/// and spans repeated (duplicated keys and values).
+#[cfg(test)]
+pub(crate) fn mutations(payload: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let step = (payload.len() / 97).max(1);
+    for at in (0..payload.len()).step_by(step) {
+        for b in *b"\"\\{}[],:0-e.n \xc3" {
+            let mut m = payload.to_vec();
+            m[at] = b;
+            out.push(m);
+        }
+        let mut cut = payload.to_vec();
+        cut.remove(at);
+        out.push(cut);
+        let end = (at + 24).min(payload.len());
+        let mut twice = payload[..end].to_vec();
+        twice.extend_from_slice(&payload[at..]);
+        out.push(twice);
+    }
+    for escaped in [
+        &b"\\u00e9"[..],
+        b"\\n",
+        b"\\ud83d\\ude00",
+        b"\\ud800",
+        b"1e400",
+        b"-0",
+    ] {
+        for at in (0..payload.len()).step_by(step * 3) {
+            let mut m = payload[..at].to_vec();
+            m.extend_from_slice(escaped);
+            m.extend_from_slice(&payload[at..]);
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// Where the entry whose `index` is `index` is in `entries` (a choice, a candidate): looked up
+/// at `entries[index]` first, where it usually is.
+pub(crate) fn position_by_index(entries: &[Map<String, Value>], index: u64) -> Option<usize> {
+    let has = |c: &Map<String, Value>| c.get("index").and_then(Value::as_u64) == Some(index);
+    match entries.get(index as usize) {
+        Some(c) if has(c) => Some(index as usize),
+        _ => entries.iter().position(has),
     }
 }
 

@@ -43,7 +43,7 @@ use serde_json::{Map, Value};
 
 use super::{
     apply_part, apply_text, event_error_warning, read_stream_event, AccumulateError, Flavor,
-    ItemKind, ItemStore, Shape, StreamEvent, TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP,
+    ItemKind, ItemStore, Shape, StreamEvent, Tally, TextCap, TextSpec, TextTarget,
     FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
@@ -148,35 +148,20 @@ impl Serialize for RealtimeResponse {
 pub struct RealtimeAccumulator {
     responses: Vec<RealtimeResponse>,
     by_id: HashMap<String, usize>,
-    warnings: Vec<String>,
-    unknown_events: u64,
-    events: u64,
+    tally: Tally,
     /// The shape of recent payloads, to read the next ones faster.
     shape: Shape,
     cap: TextCap,
 }
 
-impl Default for RealtimeAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl RealtimeAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose texts are capped at `limit` bytes each (`None`: no cap); see
     /// [`AccumulateError::TextTooLarge`].
     pub fn with_text_cap(limit: Option<usize>) -> Self {
         RealtimeAccumulator {
             responses: Vec::new(),
             by_id: HashMap::new(),
-            warnings: Vec::new(),
-            unknown_events: 0,
-            events: 0,
+            tally: Tally::default(),
             shape: Shape::default(),
             cap: TextCap::new(limit),
         }
@@ -185,28 +170,20 @@ impl RealtimeAccumulator {
     /// One server event's JSON.
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         let mut ev = StreamEvent::default();
-        let (shape, events, unknown, warnings) = (
-            &mut self.shape,
-            &mut self.events,
-            &mut self.unknown_events,
-            &mut self.warnings,
-        );
         if !read_stream_event(
             payload,
             &mut ev,
-            shape,
-            events,
-            unknown,
-            warnings,
+            &mut self.shape,
+            &mut self.tally,
             is_used_type,
         )? {
             return Ok(());
         }
-        self.events += 1;
+        self.tally.events += 1;
         if !self.apply(&ev) {
-            self.unknown_events += 1;
+            self.tally.unknown_events += 1;
         }
-        self.cap.check(self.events - 1)
+        self.cap.check(self.tally.events - 1)
     }
 
     fn apply(&mut self, ev: &StreamEvent<'_>) -> bool {
@@ -216,7 +193,7 @@ impl RealtimeAccumulator {
             let response = &mut self.responses[r];
             let (used, _) = apply_text(
                 &mut response.items,
-                &mut self.warnings,
+                &mut self.tally.warnings,
                 &mut self.cap,
                 ev,
                 spec,
@@ -248,9 +225,9 @@ impl RealtimeAccumulator {
                 let r = self.response_for(ev);
                 let items = &mut self.responses[r].items;
                 if kind.ends_with("added") {
-                    items.added(item, ev.output_index, kind, &mut self.warnings);
+                    items.added(item, ev.output_index, kind, &mut self.tally.warnings);
                 } else {
-                    items.done(item, ev.output_index, kind, &mut self.warnings);
+                    items.done(item, ev.output_index, kind, &mut self.tally.warnings);
                 }
                 true
             }
@@ -259,7 +236,7 @@ impl RealtimeAccumulator {
                 let items = &mut self.responses[r].items;
                 apply_part(
                     items,
-                    &mut self.warnings,
+                    &mut self.tally.warnings,
                     ev,
                     "content",
                     ItemKind::Any,
@@ -267,7 +244,7 @@ impl RealtimeAccumulator {
                 )
             }
             "error" => {
-                self.warnings.push(event_error_warning(ev));
+                self.tally.warnings.push(event_error_warning(ev));
                 false
             }
             _ => false,
@@ -327,7 +304,7 @@ impl RealtimeAccumulator {
                 if is_done {
                     response
                         .items
-                        .replace_with(output, ev.kind(), &mut self.warnings);
+                        .replace_with(output, ev.kind(), &mut self.tally.warnings);
                 } else if response.items.is_empty() {
                     for (k, item) in output.into_iter().enumerate() {
                         if let Value::Object(item) = item {
@@ -335,7 +312,7 @@ impl RealtimeAccumulator {
                                 item,
                                 Some(k as u64),
                                 ev.kind(),
-                                &mut self.warnings,
+                                &mut self.tally.warnings,
                             );
                         }
                     }
@@ -362,18 +339,12 @@ impl RealtimeAccumulator {
         Some(out)
     }
 
-    /// Mismatches between deltas and server values, error events, ... in order.
-    pub fn warnings(&self) -> &[String] {
-        &self.warnings
-    }
-
-    /// Events of types it does not use (kept out of the result).
-    pub fn unknown_events(&self) -> u64 {
-        self.unknown_events
-    }
-
-    /// Events added (every accepted payload but `[DONE]`).
-    pub fn events(&self) -> u64 {
-        self.events
+    tally_getters! {
+        /// Mismatches between deltas and server values, error events, ... in order.
+        warnings;
+        /// Events of types it does not use (kept out of the result).
+        unknown_events;
+        /// Events added (every accepted payload but `[DONE]`).
+        events;
     }
 }

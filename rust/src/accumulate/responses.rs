@@ -54,8 +54,8 @@ use crate::lex::same;
 
 use super::{
     apply_part, apply_text, event_error_warning, fast, fast::Text, json, part_mut,
-    read_stream_event, AccumulateError, Flavor, ItemKind, ItemStore, Shape, StreamEvent, TextAt,
-    TextCap, TextSpec, TextTarget, DEFAULT_TEXT_CAP, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
+    read_stream_event, AccumulateError, Flavor, ItemKind, ItemStore, Shape, StreamEvent, Tally,
+    TextAt, TextCap, TextSpec, TextTarget, FUNCTION_CALL_ARGUMENTS, MCP_CALL_ARGUMENTS,
 };
 
 const OUTPUT_TEXT: TextSpec = TextSpec {
@@ -185,9 +185,7 @@ pub struct ResponseAccumulator {
     implied: bool,
     items: ItemStore,
     last_sequence: Option<u64>,
-    warnings: Vec<String>,
-    unknown_events: u64,
-    events: u64,
+    tally: Tally,
     /// The shape of recent payloads, to read the next ones faster.
     shape: Shape,
     /// The shape generation and event count of the last delta that went into the open run
@@ -291,18 +289,7 @@ impl<'a> TextEvent<'a> {
     }
 }
 
-impl Default for ResponseAccumulator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ResponseAccumulator {
-    /// An accumulator whose texts are capped at [`DEFAULT_TEXT_CAP`] bytes each.
-    pub fn new() -> Self {
-        Self::with_text_cap(Some(DEFAULT_TEXT_CAP))
-    }
-
     /// An accumulator whose texts are capped at `limit` bytes each (`None`: no cap). A delta
     /// that would go past it is not appended and `add_json` returns
     /// [`AccumulateError::TextTooLarge`].
@@ -312,9 +299,7 @@ impl ResponseAccumulator {
             implied: false,
             items: ItemStore::new(Flavor::Responses),
             last_sequence: None,
-            warnings: Vec::new(),
-            unknown_events: 0,
-            events: 0,
+            tally: Tally::default(),
             shape: Shape::default(),
             shape_run: None,
             frame: Vec::new(),
@@ -342,19 +327,11 @@ impl ResponseAccumulator {
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         let mut ev = StreamEvent::default();
         let before = (self.shape.generation(), self.shape.hits());
-        let (shape, events, unknown, warnings) = (
-            &mut self.shape,
-            &mut self.events,
-            &mut self.unknown_events,
-            &mut self.warnings,
-        );
         if !read_stream_event(
             payload,
             &mut ev,
-            shape,
-            events,
-            unknown,
-            warnings,
+            &mut self.shape,
+            &mut self.tally,
             is_used_type,
         )? {
             return Ok(());
@@ -376,9 +353,9 @@ impl ResponseAccumulator {
         shaped: Option<u64>,
     ) -> Result<(), AccumulateError> {
         if let (Some(generation), Some(delta)) = (shaped, &ev.delta) {
-            if self.shape_run == Some((generation, self.events)) {
+            if self.shape_run == Some((generation, self.tally.events)) {
                 if let Some(result) = self.continue_run(&delta.0, ev.sequence_number) {
-                    self.shape_run = Some((generation, self.events));
+                    self.shape_run = Some((generation, self.tally.events));
                     return result;
                 }
             }
@@ -386,7 +363,7 @@ impl ResponseAccumulator {
         let result = self.add_event(ev);
         self.shape_run = match shaped {
             Some(generation) if ev.delta.is_some() && self.run_is_open() && result.is_ok() => {
-                Some((generation, self.events))
+                Some((generation, self.tally.events))
             }
             _ => None,
         };
@@ -439,7 +416,7 @@ impl ResponseAccumulator {
         // A delta continuing the open run through a keyed shape (as in `add_read`): only its
         // text and sequence number matter.
         // (When such a delta misses, so would the general read: not tried again.)
-        if self.shape_run == Some((generation, self.events))
+        if self.shape_run == Some((generation, self.tally.events))
             && self.run_is_open()
             && self.shape.reads_a_delta()
         {
@@ -449,7 +426,7 @@ impl ResponseAccumulator {
                 Text::Plain(text) => self.continue_run(text, sequence)?,
                 Text::Escaped(raw) => self.continue_run_escaped(raw, sequence)?,
             };
-            self.shape_run = Some((generation, self.events));
+            self.shape_run = Some((generation, self.tally.events));
             return Some((used, self.frame.len()..end, result));
         }
         let mut ev = StreamEvent::default();
@@ -507,12 +484,12 @@ impl ResponseAccumulator {
     /// One event already read (by [`add_json`](Self::add_json), or field by field from a
     /// typed Python event by the binding layer).
     pub(crate) fn add_event(&mut self, ev: &StreamEvent<'_>) -> Result<(), AccumulateError> {
-        self.events += 1;
+        self.tally.events += 1;
         self.sequence(ev.sequence_number);
         if !self.apply(ev) {
-            self.unknown_events += 1;
+            self.tally.unknown_events += 1;
         }
-        self.cap.check(self.events - 1)
+        self.cap.check(self.tally.events - 1)
     }
 
     /// A text event given by its fields (as the binding layer reads them off a typed event):
@@ -530,10 +507,10 @@ impl ResponseAccumulator {
         if !continues {
             return self.add_event(&text.event());
         }
-        self.events += 1;
+        self.tally.events += 1;
         self.sequence(text.sequence_number);
         self.append_to_run(text.text);
-        self.cap.check(self.events - 1)
+        self.cap.check(self.tally.events - 1)
     }
 
     /// Whether deltas are being gathered into a run (the last event was a text delta whose
@@ -574,7 +551,7 @@ impl ResponseAccumulator {
         append: impl FnOnce(&mut String),
     ) -> Option<Result<(), AccumulateError>> {
         self.run.key.as_ref()?;
-        self.events += 1;
+        self.tally.events += 1;
         self.sequence(sequence_number);
         let before = self.run.text.len();
         append(&mut self.run.text);
@@ -582,7 +559,7 @@ impl ResponseAccumulator {
         if !self.cap.admits(self.run.base + before, added) {
             self.run.text.truncate(before);
         }
-        Some(self.cap.check(self.events - 1))
+        Some(self.cap.check(self.tally.events - 1))
     }
 
     /// Appends a delta that continues the run, unless the text cap refuses it.
@@ -602,7 +579,7 @@ impl ResponseAccumulator {
         let Some(n) = n else { return };
         if let Some(previous) = self.last_sequence {
             if previous.checked_add(1) != Some(n) {
-                self.warnings.push(format!(
+                self.tally.warnings.push(format!(
                     "sequence gap: expected {}, got {n}",
                     previous.wrapping_add(1)
                 ));
@@ -625,7 +602,7 @@ impl ResponseAccumulator {
         if let Some((spec, is_done)) = text_spec(kind) {
             let (used, at) = apply_text(
                 &mut self.items,
-                &mut self.warnings,
+                &mut self.tally.warnings,
                 &mut self.cap,
                 ev,
                 spec,
@@ -651,16 +628,16 @@ impl ResponseAccumulator {
                 };
                 if kind.ends_with("added") {
                     self.items
-                        .added(item, ev.output_index, kind, &mut self.warnings);
+                        .added(item, ev.output_index, kind, &mut self.tally.warnings);
                 } else {
                     self.items
-                        .done(item, ev.output_index, kind, &mut self.warnings);
+                        .done(item, ev.output_index, kind, &mut self.tally.warnings);
                 }
                 true
             }
             "response.content_part.added" | "response.content_part.done" => apply_part(
                 &mut self.items,
-                &mut self.warnings,
+                &mut self.tally.warnings,
                 ev,
                 "content",
                 ItemKind::Any,
@@ -668,7 +645,7 @@ impl ResponseAccumulator {
             ),
             "response.reasoning_part.added" | "response.reasoning_part.done" => apply_part(
                 &mut self.items,
-                &mut self.warnings,
+                &mut self.tally.warnings,
                 ev,
                 "content",
                 ItemKind::Reasoning,
@@ -677,7 +654,7 @@ impl ResponseAccumulator {
             "response.reasoning_summary_part.added" | "response.reasoning_summary_part.done" => {
                 apply_part(
                     &mut self.items,
-                    &mut self.warnings,
+                    &mut self.tally.warnings,
                     ev,
                     "summary",
                     ItemKind::Reasoning,
@@ -686,7 +663,7 @@ impl ResponseAccumulator {
             }
             "response.output_text.annotation.added" => self.annotation(ev),
             "error" => {
-                self.warnings.push(event_error_warning(ev));
+                self.tally.warnings.push(event_error_warning(ev));
                 false
             }
             _ => false,
@@ -710,12 +687,16 @@ impl ResponseAccumulator {
             if !output.is_empty() {
                 if is_final {
                     self.items
-                        .replace_with(output, ev.kind(), &mut self.warnings);
+                        .replace_with(output, ev.kind(), &mut self.tally.warnings);
                 } else if self.items.is_empty() {
                     for (k, item) in output.into_iter().enumerate() {
                         if let Value::Object(item) = item {
-                            self.items
-                                .added(item, Some(k as u64), ev.kind(), &mut self.warnings);
+                            self.items.added(
+                                item,
+                                Some(k as u64),
+                                ev.kind(),
+                                &mut self.tally.warnings,
+                            );
                         }
                     }
                 }
@@ -740,7 +721,8 @@ impl ResponseAccumulator {
             Some("text"),
             new_part,
         ) else {
-            self.warnings
+            self.tally
+                .warnings
                 .push(super::index_warning(ev.kind(), ev.content_index));
             return true;
         };
@@ -840,19 +822,13 @@ impl ResponseAccumulator {
         text
     }
 
-    /// Mismatches between deltas and server values, sequence gaps, error events, ... in order.
-    pub fn warnings(&self) -> &[String] {
-        &self.warnings
-    }
-
-    /// Events of types it does not use (kept out of the result).
-    pub fn unknown_events(&self) -> u64 {
-        self.unknown_events
-    }
-
-    /// Events added (every accepted payload but `[DONE]`).
-    pub fn events(&self) -> u64 {
-        self.events
+    tally_getters! {
+        /// Mismatches between deltas and server values, sequence gaps, error events, ... in order.
+        warnings;
+        /// Events of types it does not use (kept out of the result).
+        unknown_events;
+        /// Events added (every accepted payload but `[DONE]`).
+        events;
     }
 }
 
@@ -950,8 +926,11 @@ mod tests {
                     "{path:?}"
                 );
                 assert_eq!(fieldwise.warnings(), reference.warnings(), "{path:?}");
-                assert_eq!(fieldwise.events, reference.events);
-                assert_eq!(fieldwise.unknown_events, reference.unknown_events);
+                assert_eq!(fieldwise.tally.events, reference.tally.events);
+                assert_eq!(
+                    fieldwise.tally.unknown_events,
+                    reference.tally.unknown_events
+                );
             }
         }
         assert!(

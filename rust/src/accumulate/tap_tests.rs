@@ -278,7 +278,16 @@ fn odd_framing_is_the_same_both_ways() {
 #[test]
 fn random_edits_are_the_same_both_ways() {
     let base = stream(40);
-    let bytes: &[u8] = b"\r\n\"\\}{:, a1\x00\x1f\xff\xc3\xa9";
+    for (s, size, cap) in random_edits(&base, 400) {
+        same_both_ways(&s, size, cap, None);
+    }
+}
+
+/// `rounds` random edits of `base` (one to four bytes replaced, inserted or removed; the bytes
+/// that matter to SSE and JSON), each with a chunk size and a text cap: a deterministic xorshift,
+/// so failures reproduce.
+fn random_edits(base: &[u8], rounds: usize) -> Vec<(Vec<u8>, usize, Option<usize>)> {
+    let edits: &[u8] = b"\r\n\"\\}{:, a1\x00\x1f\xff\xc3\xa9";
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         state ^= state << 13;
@@ -286,23 +295,25 @@ fn random_edits_are_the_same_both_ways() {
         state ^= state << 17;
         state
     };
-    for _ in 0..400 {
-        let mut s = base.clone();
-        for _ in 0..1 + next() % 4 {
-            let at = (next() % s.len() as u64) as usize;
-            let b = bytes[(next() % bytes.len() as u64) as usize];
-            match next() % 3 {
-                0 => s[at] = b,
-                1 => s.insert(at, b),
-                _ => {
-                    s.remove(at);
+    (0..rounds)
+        .map(|_| {
+            let mut s = base.to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % s.len() as u64) as usize;
+                let b = edits[(next() % edits.len() as u64) as usize];
+                match next() % 3 {
+                    0 => s[at] = b,
+                    1 => s.insert(at, b),
+                    _ => {
+                        s.remove(at);
+                    }
                 }
             }
-        }
-        let size = [1, 2, 50, 299, 512, 4096][(next() % 6) as usize];
-        let cap = [Some(16 << 20), Some(180), None][(next() % 3) as usize];
-        same_both_ways(&s, size, cap, None);
-    }
+            let size = [1, 2, 50, 299, 512, 4096][(next() % 6) as usize];
+            let cap = [Some(16 << 20), Some(180), None][(next() % 3) as usize];
+            (s, size, cap)
+        })
+        .collect()
 }
 
 #[test]
@@ -404,29 +415,7 @@ fn anthropic_line_caps_and_odd_framing_are_the_same_both_ways() {
             anthropic_both_ways(variant.as_bytes(), size, Some(16 << 20), None);
         }
     }
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    let edits: &[u8] = b"\r\n\"\\}{:, a1\x00\x1f\xff\xc3\xa9";
-    for _ in 0..300 {
-        let mut s = base.clone();
-        for _ in 0..1 + next() % 4 {
-            let at = (next() % s.len() as u64) as usize;
-            let b = edits[(next() % edits.len() as u64) as usize];
-            match next() % 3 {
-                0 => s[at] = b,
-                1 => s.insert(at, b),
-                _ => {
-                    s.remove(at);
-                }
-            }
-        }
-        let size = [1, 2, 50, 299, 512, 4096][(next() % 6) as usize];
-        let cap = [Some(16 << 20), Some(180), None][(next() % 3) as usize];
+    for (s, size, cap) in random_edits(base, 300) {
         anthropic_both_ways(&s, size, cap, None);
     }
 }

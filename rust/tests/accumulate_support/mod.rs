@@ -102,3 +102,12 @@ pub fn item_texts(item: &Value) -> Vec<(String, String)> {
     }
     texts
 }
+
+/// How many of `payloads` have a type outside `used` (the events an accumulator counts in
+/// `unknown_events()`).
+pub fn unused_events(payloads: &[String], used: &[&str]) -> u64 {
+    payloads
+        .iter()
+        .filter(|p| !used.contains(&event_type(p).as_str()))
+        .count() as u64
+}
