@@ -5,7 +5,10 @@ concurrency (streams in flight at 50 tokens/s each), and reports per client the 
 measured median and p99 ITL against the paced truth and the client's CPU time per token:
 
 - ``rapidsse measure``: the harness of :mod:`rapidsse.measure` (an asyncio protocol per request,
-  httptools framing, rapidsse's typed decoder);
+  httptools framing, rapidsse's typed decoder), a token counted at the kernel's receive timestamp
+  of its bytes (Linux; elsewhere when read);
+- ``rapidsse measure, read timestamps``: the same, a token counted when the event loop read it
+  (``--timestamps read``), as the two others do;
 - ``aiohttp + rapidsse``: aiohttp's streaming reads with the same decoder (what the transport
   costs);
 - ``aiohttp + json.loads``: a vLLM-style client, as ``vllm bench serve``'s request function reads a
@@ -45,7 +48,7 @@ from rapidsse import measure as m
 RATE = 50.0  # tokens per second per stream
 TOKENS = 60
 TTFT = 0.1
-CONCURRENCIES = (16, 64, 128, 256, 512)
+CONCURRENCIES = (16, 64, 128, 256, 384, 512)
 TRUTH_MS = 1000.0 / RATE
 PROTOCOL = "chat"
 
@@ -228,13 +231,17 @@ class _VllmStyleSplitter:
         return messages
 
 
-def _rapidsse_measure(url: str, count: int, rate: float, concurrency: int) -> m.Run:
-    return m.run_loop(m.measure(url, _bodies(), protocol=PROTOCOL, num_prompts=count, request_rate=rate,
-                                max_concurrency=concurrency, seed=0, timeout=120))
+def _rapidsse_measure(timestamps: str) -> Callable[[str, int, float, int], m.Run]:
+    def run(url: str, count: int, rate: float, concurrency: int) -> m.Run:
+        return m.run_loop(m.measure(url, _bodies(), protocol=PROTOCOL, num_prompts=count, request_rate=rate,
+                                    max_concurrency=concurrency, seed=0, timeout=120, timestamps=timestamps))
+
+    return run
 
 
 CLIENTS: dict[str, Callable[[str, int, float, int], m.Run]] = {
-    "rapidsse measure": _rapidsse_measure,
+    "rapidsse measure": _rapidsse_measure("auto"),
+    "rapidsse measure, read timestamps": _rapidsse_measure("read"),
     "aiohttp + rapidsse": _aiohttp_client("rapidsse"),
     "aiohttp + json.loads": _aiohttp_client("json.loads"),
 }
@@ -309,7 +316,8 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
         axes.set_ylabel(f"measured − paced truth ({TRUTH_MS:g} ms), ms")
     for axes in (p99_axes, median_axes, cpu_axes):
         axes.set_xscale("log", base=2)
-        axes.set_xticks(list(CONCURRENCIES), [str(c) for c in CONCURRENCIES])
+        ticks = sorted({r["concurrency"] for r in rows})
+        axes.set_xticks(ticks, [str(c) for c in ticks])
         axes.set_xlabel(f"concurrent streams at {RATE:g} tokens/s")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8, loc="upper left")

@@ -198,7 +198,7 @@ def test_saved_result_uses_vllms_key_names():
     report = m.summarize(Run([result(0.1, [0.1, 0.2], 0.3)], 1.0), percentiles=[50, 99.9], goodput={"ttft": 1})
     expected = {"completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
                 "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
-                "max_concurrent_requests", "failure_reasons"}
+                "max_concurrent_requests", "failure_reasons", "timestamps"}
     for name in ("ttft", "tpot", "itl", "e2el", "client_queue_time"):
         expected |= {f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", f"p50_{name}_ms",
                      f"p99.9_{name}_ms"}
@@ -447,8 +447,9 @@ def test_the_collector_is_paused_for_the_run_and_restored():
             gc.enable()
 
 
+@pytest.mark.parametrize("timestamps", ["kernel", "read"])
 @pytest.mark.parametrize("protocol", m.PROTOCOLS)
-def test_streams_leave_no_reference_cycles(protocol):
+def test_streams_leave_no_reference_cycles(protocol, timestamps):
     """With the collector paused (the harness) or off (``serve --synthetic``), a reference cycle
     per request would pile up: neither the harness nor the synthetic server may make one, neither
     for a stream read to its end nor for one cut off by a timeout. (On the loop the harness runs
@@ -456,6 +457,8 @@ def test_streams_leave_no_reference_cycles(protocol):
     import gc
 
     pytest.importorskip("uvloop")
+    if timestamps == "kernel" and not m.kernel_timestamps():
+        pytest.skip("no kernel receive timestamps here")
 
     with SyntheticServer(tokens=8, rate=400, ttft=0.01) as server:
         url = m.endpoint_url(server.url, protocol, "some-model")
@@ -465,9 +468,9 @@ def test_streams_leave_no_reference_cycles(protocol):
         gc.disable()
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
-            run = m.run_loop(m.measure(url, bodies, protocol=protocol, num_prompts=12, max_concurrency=4))
-            cut = m.run_loop(m.measure(m.endpoint_url(server.url, protocol, "some-model"), bodies, protocol=protocol,
-                                      num_prompts=3, timeout=0.015))
+            run = m.run_loop(m.measure(url, bodies, protocol=protocol, num_prompts=12, max_concurrency=4,
+                                       timestamps=timestamps))
+            cut = m.run_loop(m.measure(url, bodies, protocol=protocol, num_prompts=3, timeout=0.015, timestamps=timestamps))
             time.sleep(0.2)  # the server's side of the cut streams ends (all are done by 28 ms)
             found = gc.collect()
             kinds = sorted({type(o).__name__ for o in gc.garbage})
@@ -477,6 +480,46 @@ def test_streams_leave_no_reference_cycles(protocol):
             gc.enable()
     assert all(r.ok for r in run.results) and all(r.error.startswith("timeout") for r in cut.results)
     assert found == 0, kinds
+
+
+@pytest.mark.parametrize("timestamps", ["kernel", "read"])
+def test_kernel_timestamps_count_a_token_when_it_arrived_not_when_it_was_read(timestamps, monkeypatch):
+    """Tokens paced 100 ms apart (at 10, 110, 210 ... ms); the event loop is blocked from 60 to
+    140 ms, so the token of 110 ms is read 30 ms late: read timestamps see gaps of 130 and 70 ms,
+    kernel ones the server's 100 ms. (A block longer than a gap would put two tokens in one read,
+    which then share the time its last byte arrived.)"""
+    if timestamps == "kernel" and not m.kernel_timestamps():
+        pytest.skip("no kernel receive timestamps here")
+    class Blocking(m._ChatAdapter):
+        def feed(self, chunk):
+            tokens = super().feed(chunk)
+            if tokens and not hasattr(self, "blocked"):  # the first token (10 ms): block from 60 to 140 ms
+                self.blocked = asyncio.get_running_loop().call_later(0.05, time.sleep, 0.08)
+            return tokens
+
+    monkeypatch.setitem(m._ADAPTERS, "chat", Blocking)
+    with SyntheticServer(tokens=5, rate=10, ttft=0.01) as server:
+        run = run_async(m.measure(m.endpoint_url(server.url, "chat"), [m.request_body("chat", "x")], protocol="chat",
+                                  num_prompts=1, timestamps=timestamps))
+    (one,) = run.results
+    assert one.ok and len(one.token_times) == 5 and run.timestamps == timestamps
+    assert m.summarize(run)["timestamps"] == timestamps
+    if timestamps == "read":
+        assert max(one.itls) >= 0.12
+    else:
+        assert all(0.085 < gap < 0.115 for gap in one.itls), one.itls
+
+
+def test_timestamps_choice():
+    with SyntheticServer(tokens=2, rate=100, ttft=0.01) as server:
+        url = m.endpoint_url(server.url, "chat")
+        auto = run_async(m.measure(url, [m.request_body("chat", "x")], protocol="chat", num_prompts=1))
+        assert auto.timestamps == ("kernel" if m.kernel_timestamps() else "read") and auto.results[0].ok
+        with pytest.raises(ValueError, match="timestamps must be one of"):
+            run_async(m.measure(url, [m.request_body("chat", "x")], protocol="chat", timestamps="wall"))
+    with pytest.raises(ValueError, match="plain http"):  # TLS: checked before anything is sent
+        run_async(m.measure("https://127.0.0.1:9/v1/chat/completions", [m.request_body("chat", "x")],
+                            protocol="chat", timestamps="kernel"))
 
 
 # --- The command line ---------------------------------------------------------------------------------

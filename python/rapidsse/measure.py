@@ -32,15 +32,23 @@ before its final event (``cut short: ...``: ``response.completed``/``incomplete`
 ``finish_reason`` or ``[DONE]``, Completions' ``[DONE]``, Anthropic's ``message_stop``, a Gemini
 ``finishReason``).
 
-The client is made to stay out of its own measurements: each request is an :mod:`asyncio`
-protocol that timestamps the bytes in ``data_received`` (before any task switch), lets httptools
-(llhttp, in C) take the HTTP framing off and hands the body straight to rapidsse's decoder, so a
-read costs a few microseconds and no coroutine step. HTTP/1.1 only, one connection per request, no
-proxy; ``https`` URLs use the default TLS context. The event loop is uvloop's when it is installed
-(``--loop`` chooses). During the timed run the cyclic garbage collector is paused
-(:func:`collector_paused`): a full collection stops the loop for milliseconds, which would show as
-a late token on every stream in flight. A request leaves no reference cycle behind, so nothing
-piles up meanwhile; what the driver does leave is collected when the run ends.
+The client is made to stay out of its own measurements:
+
+- A token counts as arrived at the **kernel's receive timestamp** of the bytes that carried it
+  (``SO_TIMESTAMPNS``; plain ``http://`` on Linux, ``--timestamps kernel``, the default there),
+  not when the event loop got round to reading them: a client busy with other streams delays the
+  read, not the measurement. A read that holds several tokens of one stream (the client fell
+  behind that stream by more than a token's gap) gives them all the arrival of its last byte, as
+  any client would. Elsewhere, and with ``--timestamps read``, the bytes are timestamped in
+  ``data_received``, before any task switch.
+- Each request is an :mod:`asyncio` protocol: httptools (llhttp, in C) takes the HTTP framing off
+  and hands the body straight to rapidsse's decoder, so a read costs a few microseconds and no
+  coroutine step. HTTP/1.1 only, one connection per request, no proxy; ``https`` URLs use the
+  default TLS context. The event loop is uvloop's when it is installed (``--loop`` chooses).
+- During the timed run the cyclic garbage collector is paused (:func:`collector_paused`): a full
+  collection stops the loop for milliseconds, which would show as a late token on every stream in
+  flight. A request leaves no reference cycle behind, so nothing piles up meanwhile; what the
+  driver does leave is collected when the run ends.
 
 Needs httptools (``pip install 'rapidsse[measure]'``); the progress bar needs rich.
 """
@@ -56,13 +64,16 @@ import datetime
 import gc
 import json
 import math
+import platform
 import random
+import socket
 import ssl
+import struct
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -80,10 +91,12 @@ __all__ = [
     "RequestResult",
     "Run",
     "arrival_times",
+    "TIMESTAMPS",
     "collector_paused",
     "endpoint_url",
     "format_report",
     "generated_prompts",
+    "kernel_timestamps",
     "load_dataset",
     "measure",
     "percentile",
@@ -588,6 +601,121 @@ class _Target:
     port: int
     tls: ssl.SSLContext | None
     head: bytes  # the request line and headers, up to content-length
+    address: tuple[int, Any] | None = None  # (family, sockaddr): set for kernel-stamped connections
+
+
+# Kernel receive timestamps: SO_TIMESTAMPNS (not in Python's socket module) has this number on the
+# Linux architectures below, where the control message is a struct timespec of two 64-bit fields.
+_SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@qq")
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+_READ_SIZE = 256 * 1024
+TIMESTAMPS = ("auto", "kernel", "read")
+
+
+def kernel_timestamps() -> bool:
+    """Whether this machine gives kernel receive timestamps (``SO_TIMESTAMPNS``: Linux on x86-64
+    or 64-bit Arm)."""
+    return (sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64")
+            and struct.calcsize("P") == 8 and bool(_STAMP_SPACE))
+
+
+class _StampedConnection:
+    """A plain TCP connection to a protocol, read with ``recvmsg``: each read comes with the
+    kernel's timestamp of the moment its last byte arrived, and the protocol gets the bytes with
+    that moment (on :func:`time.perf_counter`'s clock) instead of the moment the event loop got
+    round to them. A client busy with other streams then delays when a token is read, not when it
+    is counted as arrived."""
+
+    __slots__ = ("_loop", "_sock", "_protocol")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: _Exchange) -> None:
+        self._loop = loop
+        self._sock: socket.socket | None = sock
+        self._protocol: _Exchange | None = protocol
+        protocol.connection_made(self)
+        loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            data, ancillary, _flags, _address = sock.recvmsg(_READ_SIZE, _STAMP_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if not data:
+            self._lost(None)
+            return
+        now = time.perf_counter()
+        if ancillary:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(ancillary[0][2])
+            waited = time.time_ns() - (seconds * 1_000_000_000 + nanoseconds)
+            if waited > 0:  # (the kernel's clock is the wall clock: only the wait is taken from it)
+                now -= waited / 1e9
+        protocol = self._protocol
+        if protocol is not None:
+            protocol.received(data, now)
+
+    def write(self, data: bytes) -> None:
+        """Only for the protocol's ``connection_made``: the request is sent by :func:`_one_request`."""
+        if data:
+            raise RuntimeError("a stamped connection sends its request with sock_sendall")
+
+    def close(self) -> None:
+        protocol = self._protocol
+        if self._shut() and protocol is not None:
+            self._loop.call_soon(protocol.connection_lost, None)
+
+    def _lost(self, exc: Exception | None) -> None:
+        protocol = self._protocol
+        if self._shut() and protocol is not None:
+            protocol.connection_lost(exc)
+
+    def _shut(self) -> bool:
+        sock = self._sock
+        if sock is None:
+            return False
+        self._loop.remove_reader(sock.fileno())
+        sock.close()
+        self._sock = None
+        self._protocol = None
+        return True
+
+
+async def _stamped_socket(loop: asyncio.AbstractEventLoop, target: _Target) -> socket.socket:
+    """A connected non-blocking socket to ``target`` with kernel receive timestamps on."""
+    assert target.address is not None
+    family, address = target.address
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        await loop.sock_connect(sock, address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _resolved(target: _Target, timestamps: str) -> _Target:
+    """``target`` with its address resolved when its requests are to be kernel-stamped
+    (``timestamps``: ``auto``, ``kernel`` or ``read``, see :func:`measure`)."""
+    if timestamps not in TIMESTAMPS:
+        raise ValueError(f"timestamps must be one of {', '.join(TIMESTAMPS)}, not {timestamps!r}")
+    if timestamps == "read" or (timestamps == "auto" and (target.tls is not None or not kernel_timestamps())):
+        return target
+    if target.tls is not None:
+        raise ValueError("kernel timestamps are for plain http:// (TLS decrypts after the kernel)")
+    if not kernel_timestamps():
+        raise ValueError("this machine gives no kernel receive timestamps (Linux on x86-64 or arm64 does)")
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    family, _type, _proto, _name, address = infos[0]
+    return replace(target, address=(family, address))
 
 
 def _target(url: str, headers: dict[str, str]) -> _Target:
@@ -632,7 +760,11 @@ class _Exchange(asyncio.Protocol):
         transport.write(self._request)
 
     def data_received(self, data: bytes) -> None:
-        self._now = time.perf_counter()
+        self.received(data, time.perf_counter())
+
+    def received(self, data: bytes, now: float) -> None:
+        """Takes bytes that arrived at ``now`` (:func:`time.perf_counter`)."""
+        self._now = now
         try:
             self._parser.feed_data(data)
         except self._parse_error as exc:
@@ -720,6 +852,15 @@ async def _one_request(target: _Target, protocol: str, body: dict[str, Any], ori
     done: asyncio.Future[None] = loop.create_future()
 
     async def exchange() -> None:
+        if target.address is not None:
+            sock = await _stamped_socket(loop, target)
+            connection = _StampedConnection(loop, sock, _Exchange(b"", _ADAPTERS[protocol](), origin, result, done))
+            try:
+                await loop.sock_sendall(sock, request)
+                await done
+            finally:
+                connection.close()
+            return
         transport, _ = await loop.create_connection(
             lambda: _Exchange(request, _ADAPTERS[protocol](), origin, result, done),
             target.host, target.port, ssl=target.tls,
@@ -749,6 +890,9 @@ class Run:
 
     results: list[RequestResult]
     duration: float
+    timestamps: str = "read"
+    """When a token counts as arrived: ``"kernel"`` (the kernel's receive timestamp) or ``"read"``
+    (when the event loop read it)."""
 
 
 async def measure(
@@ -765,11 +909,18 @@ async def measure(
     headers: dict[str, str] | None = None,
     timeout: float = 600.0,
     on_result: Callable[[RequestResult], None] | None = None,
+    timestamps: str = "auto",
 ) -> Run:
     """Sends ``num_prompts`` streaming requests (default: one per body; bodies are reused in turn)
     to the endpoint ``url``, open loop: due at :func:`arrival_times`, at most ``max_concurrency``
     in flight (``None``: no cap). ``warmup`` requests (the first bodies, same concurrency cap) run
     first and are not counted. ``on_result`` is called as each counted request ends.
+
+    ``timestamps``: when a token counts as arrived. ``"kernel"``: the kernel's receive timestamp of
+    the bytes that carried it (``SO_TIMESTAMPNS``, plain ``http://`` on Linux), so that the time
+    the client itself takes to get round to a read (other streams, a busy core) stays out of TTFT,
+    ITL and E2EL; ``"read"``: the moment the event loop hands the bytes over; ``"auto"`` (the
+    default): kernel where it can, else read.
     """
     if protocol not in _ADAPTERS:
         raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
@@ -780,7 +931,7 @@ async def measure(
         raise ValueError("num_prompts and max_concurrency must be at least 1, warmup at least 0")
     all_headers = {"anthropic-version": ANTHROPIC_VERSION} if protocol == "anthropic" else {}
     all_headers.update(headers or {})
-    target = _target(url, all_headers)
+    target = await _resolved(_target(url, all_headers), timestamps)
     offsets = arrival_times(count, request_rate, burstiness, seed)
     slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     loop = asyncio.get_running_loop()
@@ -815,7 +966,7 @@ async def measure(
             tasks.append(loop.create_task(send(bodies[index % len(bodies)], due, result, on_result)))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
-    return Run(list(results), duration)
+    return Run(list(results), duration, "kernel" if target.address is not None else "read")
 
 
 @contextlib.contextmanager
@@ -946,6 +1097,7 @@ def summarize(run: Run, *, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     report.update(_distribution("e2el", [r.latency for r in good], percentiles))
     report.update(_distribution("client_queue_time", [r.queued for r in good], percentiles))
     report["failure_reasons"] = dict(Counter(r.error for r in results if not r.ok).most_common())
+    report["timestamps"] = run.timestamps
     return report
 
 
@@ -959,6 +1111,8 @@ def format_report(report: dict[str, Any], percentiles: Sequence[float] = DEFAULT
 
     row("Successful requests:", report["completed"])
     row("Failed requests:", report["failed"])
+    if report.get("timestamps"):
+        row("Token timestamps:", report["timestamps"])
     if report.get("max_concurrency") is not None:
         row("Maximum request concurrency:", report["max_concurrency"])
     if report.get("request_rate") not in (None, "inf"):
@@ -1030,6 +1184,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default: %(default)s)")
     parser.add_argument("--save-result", "--json", dest="save_result", metavar="FILE.json",
                         help="write the result with vLLM's key names to FILE ('-': stdout, instead of the report)")
+    parser.add_argument("--timestamps", choices=TIMESTAMPS, default="auto",
+                        help="when a token counts as arrived: the kernel's receive timestamp (plain http on Linux), "
+                             "or when the event loop read it; auto: kernel where it can (default: %(default)s)")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                         help="event loop (default: uvloop when installed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -1111,7 +1268,8 @@ def run(args: argparse.Namespace) -> int:
         result = run_loop(measure(url, bodies, protocol=protocol, num_prompts=count,
                                      request_rate=args.request_rate, burstiness=args.burstiness,
                                      max_concurrency=args.max_concurrency, warmup=args.warmup, seed=args.seed,
-                                     headers=headers, timeout=args.timeout, on_result=advance), args.loop)
+                                     headers=headers, timeout=args.timeout, on_result=advance, timestamps=args.timestamps),
+                          args.loop)
     except ImportError:
         print("rapidsse measure: --loop uvloop needs uvloop: pip install uvloop", file=sys.stderr)
         return 1

@@ -26,9 +26,9 @@ events are ``message_start``, ``content_block_*``..., Gemini when its JSON has `
 ``usageMetadata`` and no ``type``, Completions when its chunks are ``text_completion`` objects,
 Chat when they have ``choices``, else Responses. With several files of one protocol, requests
 rotate through them. A request streams only when its JSON body says ``"stream": true`` (Gemini's
-route always streams); otherwise the Responses and Chat routes reply with the final object as
-JSON, built from the recording by rapidsse's accumulators and sent when the stream would have
-ended, and the other routes with an error (400). Pacing: the first event is sent ``ttft`` after
+route always streams); otherwise the Responses, Chat, Completions and Anthropic routes reply
+with the final object as JSON, built from the recording by rapidsse's accumulators and sent when
+the stream would have ended. Pacing: the first event is sent ``ttft`` after
 the request, then ``rate`` events per second (``0``: as fast as possible); an event is one SSE
 block (up to and including its blank line), or one Realtime message.
 
@@ -76,7 +76,7 @@ from typing import Any
 
 import msgspec
 
-from .accumulate import ChatAccumulator, ResponseAccumulator
+from .accumulate import (AnthropicAccumulator, ChatAccumulator, CompletionsAccumulator, ResponseAccumulator)
 from .errors import SSEError
 from .decoding import detect_protocol
 from .integrations import to_builtins
@@ -130,7 +130,8 @@ class Recording:
 
     ``events`` are the pieces sent one at a time: SSE blocks (their concatenation is exactly the
     file) or Realtime messages (the file's non-blank lines). ``final`` is the final object as JSON
-    builtins (Responses: the response; Chat: the chat completion; the other protocols: ``None``).
+    builtins (Responses: the response; Chat and Completions: the completion; Anthropic: the
+    message; Gemini and Realtime: ``None``).
     """
 
     path: Path
@@ -175,8 +176,8 @@ def recording_protocol(data: bytes) -> str | None:
 
 
 def load_recording(path: str | Path) -> Recording:
-    """Reads one recording, detects its protocol and, for Responses and Chat, precomputes its
-    final object."""
+    """Reads one recording, detects its protocol and, for Responses, Chat, Completions and
+    Anthropic, precomputes its final object."""
     path = Path(path)
     data = path.read_bytes()
     protocol = recording_protocol(data)
@@ -186,13 +187,24 @@ def load_recording(path: str | Path) -> Recording:
     if protocol == "realtime":
         lines = [line.strip() for line in data.splitlines()]
         return Recording(path, protocol, [line for line in lines if line])
-    if protocol not in ("responses", "chat"):
+    if protocol not in _FINAL:
         return Recording(path, protocol, split_events(data))
-    accumulator: Any = (ResponseAccumulator if protocol == "responses" else ChatAccumulator)(on_error="skip")
+    cls, attribute = _FINAL[protocol]
+    accumulator = cls(on_error="skip")
     accumulator.feed(data)
     accumulator.close()
-    final = accumulator.response if protocol == "responses" else accumulator.completion
+    final = getattr(accumulator, attribute)
     return Recording(path, protocol, split_events(data), None if final is None else to_builtins(final))
+
+
+# The accumulator that builds a recording's final object, for the routes that answer a request
+# without "stream": true (Gemini's streaming route has no such answer).
+_FINAL: dict[str, tuple[Any, str]] = {
+    "responses": (ResponseAccumulator, "response"),
+    "chat": (ChatAccumulator, "completion"),
+    "completions": (CompletionsAccumulator, "completion"),
+    "anthropic": (AnthropicAccumulator, "message"),
+}
 
 
 # --- Pacing -----------------------------------------------------------------------------------
