@@ -29,6 +29,7 @@ input whatever the number of deltas.
 
 from __future__ import annotations
 
+import abc
 import functools
 import json
 import re
@@ -1853,7 +1854,7 @@ def _merge_list(acc: list, delta: list, warnings: list, cap: _TextCap) -> None:
             acc.append(entry)
 
 
-class _ChunkCore(_Core):
+class _ChunkCore(_Core, abc.ABC):
     """What the cores of whole-object streams share (Chat Completions, Completions, Gemini): each
     event is a chunk object; the first one gives the top level, later ones update some of its keys,
     and their entries (``choices``, ``candidates``) merge by ``index`` into ``_entries``."""
@@ -1883,9 +1884,9 @@ class _ChunkCore(_Core):
         self._entries: list[dict] = []
 
     @staticmethod
+    @abc.abstractmethod
     def _typed(top: dict) -> Any:
         """The typed parse of a chunk (the serde struct of the Rust core)."""
-        raise NotImplementedError
 
     def _add(self, payload: bytes) -> None:
         if self._DONE_MARKER and _is_done_marker(payload):
@@ -1931,14 +1932,13 @@ class _ChunkCore(_Core):
                 top[key] = value
 
     def _add_entries(self, chunk: dict) -> None:
+        """Merges each entry of the chunk's ``_OUTPUT`` list (a choice, a candidate) with the
+        subclass's ``_add_entry(fields)`` (Chat merges its choices its own way)."""
         entries = _raw_value(chunk.get(self._OUTPUT))
         if isinstance(entries, list):
             for entry in entries:
                 if isinstance(entry, dict):
                     self._add_entry(dict(entry))
-
-    def _add_entry(self, fields: dict) -> None:
-        raise NotImplementedError
 
     def _entry(self, index: int, fresh: Callable[[], dict]) -> dict:
         """The merged entry of ``index``; a new one (``fresh()``, appended) when there is none."""
