@@ -5,6 +5,7 @@ loopback (bounded in time)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import statistics
@@ -508,6 +509,39 @@ def test_kernel_timestamps_count_a_token_when_it_arrived_not_when_it_was_read(ti
         assert max(one.itls) >= 0.12
     else:
         assert all(0.085 < gap < 0.115 for gap in one.itls), one.itls
+
+
+def test_kernel_stamped_connections_try_every_address():
+    """As create_connection does: ``localhost`` may resolve to ``::1`` first and be served on
+    ``127.0.0.1`` only. Here the first address refuses, the second serves."""
+    import socket
+
+    if not m.kernel_timestamps():
+        pytest.skip("no kernel receive timestamps here")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refused = closed.getsockname()  # bound, not listening: refuses
+        with SyntheticServer(tokens=3, rate=200, ttft=0.01) as server:
+            port = int(server.url.rsplit(":", 1)[1])
+            target = m._target(m.endpoint_url(server.url, "chat"), {})
+            target = dataclasses.replace(target, addresses=((socket.AF_INET, refused), (socket.AF_INET, ("127.0.0.1", port))))
+
+            async def one():
+                result = RequestResult()
+                await m._one_request(target, "chat", m.request_body("chat", "x"), time.perf_counter(), result, 10)
+                return result
+
+            result = run_async(one())
+            assert result.ok and len(result.token_times) == 3
+            only_refused = dataclasses.replace(target, addresses=((socket.AF_INET, refused),))
+
+            async def refused_one():
+                result = RequestResult()
+                await m._one_request(only_refused, "chat", m.request_body("chat", "x"), time.perf_counter(), result, 10)
+                return result
+
+            failed = run_async(refused_one())
+            assert not failed.ok and failed.error.startswith("ConnectionRefusedError")
 
 
 def test_timestamps_choice():

@@ -601,7 +601,7 @@ class _Target:
     port: int
     tls: ssl.SSLContext | None
     head: bytes  # the request line and headers, up to content-length
-    address: tuple[int, Any] | None = None  # (family, sockaddr): set for kernel-stamped connections
+    addresses: tuple[tuple[int, Any], ...] = ()  # (family, sockaddr)s, tried in turn: kernel-stamped connections
 
 
 # Kernel receive timestamps: SO_TIMESTAMPNS (not in Python's socket module) has this number on the
@@ -687,18 +687,25 @@ class _StampedConnection:
 
 
 async def _stamped_socket(loop: asyncio.AbstractEventLoop, target: _Target) -> socket.socket:
-    """A connected non-blocking socket to ``target`` with kernel receive timestamps on."""
-    assert target.address is not None
-    family, address = target.address
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setblocking(False)
-        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-        await loop.sock_connect(sock, address)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    """A connected non-blocking socket to ``target`` with kernel receive timestamps on: its
+    addresses tried in turn, as ``create_connection`` does (``localhost`` may name ``::1`` first
+    and be served on ``127.0.0.1`` only)."""
+    error: OSError | None = None
+    for family, address in target.addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise error or OSError(f"no address for {target.host}:{target.port}")
 
 
 async def _resolved(target: _Target, timestamps: str) -> _Target:
@@ -714,8 +721,7 @@ async def _resolved(target: _Target, timestamps: str) -> _Target:
         raise ValueError("this machine gives no kernel receive timestamps (Linux on x86-64 or arm64 does)")
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-    family, _type, _proto, _name, address = infos[0]
-    return replace(target, address=(family, address))
+    return replace(target, addresses=tuple((family, address) for family, _type, _proto, _name, address in infos))
 
 
 def _target(url: str, headers: dict[str, str]) -> _Target:
@@ -852,7 +858,7 @@ async def _one_request(target: _Target, protocol: str, body: dict[str, Any], ori
     done: asyncio.Future[None] = loop.create_future()
 
     async def exchange() -> None:
-        if target.address is not None:
+        if target.addresses:
             sock = await _stamped_socket(loop, target)
             connection = _StampedConnection(loop, sock, _Exchange(b"", _ADAPTERS[protocol](), origin, result, done))
             try:
@@ -966,7 +972,7 @@ async def measure(
             tasks.append(loop.create_task(send(bodies[index % len(bodies)], due, result, on_result)))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
-    return Run(list(results), duration, "kernel" if target.address is not None else "read")
+    return Run(list(results), duration, "kernel" if target.addresses else "read")
 
 
 @contextlib.contextmanager
