@@ -979,50 +979,34 @@ mod tests {
             "\n \"abcdefghijklmnopqrstuvwxyz\"}}",
         ];
         for &(payload, want) in cases {
+            // `limit`: the payload's length as the framer gives it, or None as the tap reads it
+            // (to the line's end, found while reading).
+            let mut check = |buf: String, limit: Option<usize>| {
+                let got = quick_delta(buf.as_bytes(), limit, &mut scratch).map(
+                    |(index, kind, text, len)| {
+                        assert_eq!(len, payload.len());
+                        let d = kind.delta(text);
+                        let text = d
+                            .text
+                            .or(d.thinking)
+                            .or(d.partial_json)
+                            .unwrap()
+                            .0
+                            .into_owned();
+                        (index, text)
+                    },
+                );
+                assert_eq!(
+                    got,
+                    want.map(|(i, t)| (i, t.to_owned())),
+                    "{buf:?} {limit:?}"
+                );
+            };
             for tail in tails {
-                let buf = format!("{payload}{tail}");
-                let got = quick_delta(buf.as_bytes(), Some(payload.len()), &mut scratch).map(
-                    |(index, kind, text, len)| {
-                        assert_eq!(len, payload.len());
-                        let d = kind.delta(text);
-                        let text = d
-                            .text
-                            .or(d.thinking)
-                            .or(d.partial_json)
-                            .unwrap()
-                            .0
-                            .into_owned();
-                        (index, text)
-                    },
-                );
-                assert_eq!(
-                    got,
-                    want.map(|(i, t)| (i, t.to_owned())),
-                    "{payload:?} {tail:?}"
-                );
+                check(format!("{payload}{tail}"), Some(payload.len()));
             }
-            // As the tap reads it: to the line's end, found while reading.
             for tail in ["\n", "\n\n", "\n\nevent: content_block_delta\ndata: {}\n\n"] {
-                let buf = format!("{payload}{tail}");
-                let got = quick_delta(buf.as_bytes(), None, &mut scratch).map(
-                    |(index, kind, text, len)| {
-                        assert_eq!(len, payload.len());
-                        let d = kind.delta(text);
-                        let text = d
-                            .text
-                            .or(d.thinking)
-                            .or(d.partial_json)
-                            .unwrap()
-                            .0
-                            .into_owned();
-                        (index, text)
-                    },
-                );
-                assert_eq!(
-                    got,
-                    want.map(|(i, t)| (i, t.to_owned())),
-                    "{payload:?} {tail:?}"
-                );
+                check(format!("{payload}{tail}"), None);
             }
             // No line end yet, or a CR for one: not taken.
             assert!(quick_delta(payload.as_bytes(), None, &mut scratch).is_none());

@@ -55,8 +55,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use super::{
-    is_done_marker, json, replace_fields, AccumulateError, ChunkHead, RawEntries, Str, Tally,
-    TextCap,
+    is_done_marker, json, openai_top_level, replace_fields, AccumulateError, ChunkHead, RawEntries,
+    Str, Tally, TextCap,
 };
 
 /// The chunk fields read on every chunk (the first chunk is also parsed whole), and the
@@ -176,7 +176,14 @@ impl ChatAccumulator {
             return Ok(());
         };
         match &mut self.completion {
-            None => self.completion = Some(first_top_level(payload)),
+            None => {
+                self.completion = Some(openai_top_level(
+                    payload,
+                    "chat.completion",
+                    &["obfuscation"],
+                    &["system_fingerprint"],
+                ))
+            }
             Some(completion) => {
                 let known = [
                     ("usage", chunk.usage),
@@ -302,26 +309,6 @@ impl ChatAccumulator {
         /// Chunks added (every accepted payload but `[DONE]`).
         events;
     }
-}
-
-/// The top level of the completion from the first chunk (choices left as a placeholder).
-fn first_top_level(payload: &[u8]) -> Map<String, Value> {
-    let mut top: Map<String, Value> = serde_json::from_slice(payload).unwrap_or_default();
-    top.shift_remove("obfuscation");
-    top.insert("choices".to_owned(), Value::Null);
-    top.insert(
-        "object".to_owned(),
-        Value::String("chat.completion".to_owned()),
-    );
-    for (key, default) in [
-        ("id", Value::String(String::new())),
-        ("created", Value::from(0)),
-        ("model", Value::String(String::new())),
-        ("system_fingerprint", Value::Null),
-    ] {
-        top.entry(key).or_insert(default);
-    }
-    top
 }
 
 /// Merges one `delta` object into the message (see the module docs).

@@ -29,8 +29,8 @@ use serde_json::{Map, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    append_text, fast_top, is_done_marker, json, position_by_index, raw_objects, replace_fields,
-    AccumulateError, ChunkHead, Replaced, Str, Tally, TextCap,
+    append_text, fast_top, is_done_marker, json, openai_top_level, position_by_index, raw_objects,
+    replace_fields, AccumulateError, ChunkHead, Replaced, Str, Tally, TextCap,
 };
 
 /// The top-level fields later chunks replace when not null.
@@ -158,7 +158,7 @@ impl CompletionsAccumulator {
             return Ok(());
         };
         match &mut self.completion {
-            None => self.completion = Some(first_top_level(payload)),
+            None => self.completion = Some(openai_top_level(payload, "text_completion", &[], &[])),
             Some(completion) => replace_fields(
                 completion,
                 REPLACED
@@ -296,24 +296,6 @@ impl CompletionsAccumulator {
         /// Chunks added (every accepted payload but `[DONE]`).
         events;
     }
-}
-
-/// The top level of the completion from the first chunk (choices left as a placeholder).
-fn first_top_level(payload: &[u8]) -> Map<String, Value> {
-    let mut top: Map<String, Value> = serde_json::from_slice(payload).unwrap_or_default();
-    top.insert("choices".to_owned(), Value::Null);
-    top.insert(
-        "object".to_owned(),
-        Value::String("text_completion".to_owned()),
-    );
-    for (key, default) in [
-        ("id", Value::String(String::new())),
-        ("created", Value::from(0)),
-        ("model", Value::String(String::new())),
-    ] {
-        top.entry(key).or_insert(default);
-    }
-    top
 }
 
 /// A choice field (not `index`, `text`, null, or an empty `finish_reason`) applied to the choice:

@@ -833,6 +833,34 @@ pub(crate) fn replace_fields<'k>(
     }
 }
 
+/// The top level of a Chat or Completions result from its first chunk: the chunk's members but
+/// `dropped`, `choices` left as a placeholder, `object` set, and `id`, `created`, `model` and
+/// the `nulls` (as null) where the chunk lacks them.
+pub(crate) fn openai_top_level(
+    payload: &[u8],
+    object: &str,
+    dropped: &[&str],
+    nulls: &[&str],
+) -> Map<String, Value> {
+    let mut top: Map<String, Value> = serde_json::from_slice(payload).unwrap_or_default();
+    for key in dropped {
+        top.shift_remove(*key);
+    }
+    top.insert("choices".to_owned(), Value::Null);
+    top.insert("object".to_owned(), Value::String(object.to_owned()));
+    for (key, default) in [
+        ("id", Value::String(String::new())),
+        ("created", Value::from(0)),
+        ("model", Value::String(String::new())),
+    ] {
+        top.entry(key).or_insert(default);
+    }
+    for key in nulls {
+        top.entry(*key).or_insert(Value::Null);
+    }
+    top
+}
+
 /// The objects of `raw` (a chunk's `choices`, `candidates`) as serde builds them; none when it
 /// is not an array, and an entry that is not an object skipped.
 pub(crate) fn raw_objects(raw: Option<&RawValue>) -> Vec<Map<String, Value>> {

@@ -106,6 +106,45 @@ struct Field {
     at_default: AtDefault,
 }
 
+impl JsonNamed for Field {
+    fn json(&self) -> &[u8] {
+        &self.json
+    }
+}
+
+/// A Struct field as an object walk meets it: by its JSON name.
+pub(super) trait JsonNamed {
+    fn json(&self) -> &[u8];
+}
+
+/// The field of `fields` that a member named `key` sets, for a walk over an object's members:
+/// the one after the last matched first (members mostly come in declared order), then all.
+/// `Some(None)`: no such field. `None`: that field was set already (a repeated key, which the
+/// walks leave to msgspec). Marks the field in `seen` and moves `next` past it.
+#[inline]
+pub(super) fn claim_field<F: JsonNamed>(
+    fields: &[F],
+    key: &[u8],
+    seen: &mut u64,
+    next: &mut usize,
+) -> Option<Option<usize>> {
+    let found = if fields.get(*next).is_some_and(|f| same(f.json(), key)) {
+        Some(*next)
+    } else {
+        fields.iter().position(|f| same(f.json(), key))
+    };
+    let Some(i) = found else {
+        return Some(None);
+    };
+    let bit = 1u64 << i;
+    if *seen & bit != 0 {
+        return None;
+    }
+    *seen |= bit;
+    *next = i + 1;
+    Some(Some(i))
+}
+
 struct StructPlan {
     cls: Py<PyType>,
     alloc: ffi::allocfunc,
@@ -1230,19 +1269,9 @@ impl Schema {
             if !lx.eat(b':') {
                 return None;
             }
-            let found = if fields.get(next).is_some_and(|f| same(&f.json, key)) {
-                Some(next)
-            } else {
-                fields.iter().position(|f| same(&f.json, key))
-            };
-            match found {
+            match claim_field(fields, key, &mut seen, &mut next)? {
                 Some(i) => {
                     let bit = 1u64 << i;
-                    if seen & bit != 0 {
-                        return None;
-                    }
-                    seen |= bit;
-                    next = i + 1;
                     let field = &fields[i];
                     let mut below = false;
                     let value = self.value(py, lx, state, &field.node, depth, &mut below)?;

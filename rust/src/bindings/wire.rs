@@ -22,7 +22,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 
-use super::native::{new_ref, AtDefault, Deviation, Owned, WireKit, MAX_CACHED_WIRES};
+use super::native::{
+    claim_field, new_ref, AtDefault, Deviation, JsonNamed, Owned, WireKit, MAX_CACHED_WIRES,
+};
 use super::structs::{direct_reads, Slot};
 use crate::lex::{same, Lexer, MAX_DEPTH};
 
@@ -37,6 +39,12 @@ struct PassField {
 }
 
 /// One `rapidsse._schema.Model` class, as the pass reads it.
+impl JsonNamed for PassField {
+    fn json(&self) -> &[u8] {
+        &self.json
+    }
+}
+
 struct PassClass {
     _cls: Py<PyType>,
     tag: Option<Box<[u8]>>,
@@ -288,19 +296,9 @@ impl Pass<'_, '_> {
                 if !lx.eat(b':') {
                     return None;
                 }
-                let found = if c.fields.get(next).is_some_and(|f| same(&f.json, key)) {
-                    Some(next)
-                } else {
-                    c.fields.iter().position(|f| same(&f.json, key))
-                };
-                match found {
+                match claim_field(&c.fields, key, &mut seen, &mut next)? {
                     Some(i) => {
                         let bit = 1u64 << i;
-                        if seen & bit != 0 {
-                            return None;
-                        }
-                        seen |= bit;
-                        next = i + 1;
                         let f = &c.fields[i];
                         // SAFETY: the field's slot of an instance of exactly this class
                         // (checked against `getattr` when the class was described).
