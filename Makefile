@@ -32,13 +32,13 @@ WHEEL_SOURCES := $(shell git ls-files Cargo.toml Cargo.lock pyproject.toml READM
 
 wheel: $(WHEEL_DIR)/.built
 
-$(WHEEL_DIR)/.built: $(VENV)/bin/python $(WHEEL_SOURCES)
+$(WHEEL_DIR)/.built: $(VENV)/bin/python $(WHEEL_SOURCES) Makefile
 	$(PY) -m pip install -q --disable-pip-version-check --group wheel
-	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR) && touch $(WHEEL_DIR)/.started
 	PATH=$(VIRTUAL_ENV)/bin:$$PATH CARGO_TARGET_DIR=target/release-wheel $(VENV)/bin/maturin build -q --release --zig \
 		--compatibility manylinux2014 -i $(PY) -o $(WHEEL_DIR)
 	$(VENV)/bin/auditwheel show $(WHEEL_DIR)/rapidsse-*.whl
-	touch $@
+	mv $(WHEEL_DIR)/.started $@  # stamped with the start: a source edited meanwhile rebuilds
 
 # That wheel in a venv of every CPython >= 3.10 on the machine, running the Rust-backend tests
 # that exercise the compiled core there (scripts/test_pythons.sh; PYTHONS_TESTS=tests for all).

@@ -233,7 +233,9 @@ def platform_tag(auditwheel_show: str) -> str:
                     reason="make wheel builds the Linux x86-64 wheel")
 def test_make_wheel_is_manylinux_2_17_and_installs_on_the_rust_backend(tmp_path):
     wheel = make_wheel()
-    assert wheel.name == f"rapidsse-{CARGO_VERSION}-cp310-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    prefix = f"rapidsse-{CARGO_VERSION}-cp310-abi3-"
+    assert wheel.name.startswith(prefix), wheel.name
+    assert set(wheel.name[len(prefix):-len(".whl")].split(".")) == {"manylinux_2_17_x86_64", "manylinux2014_x86_64"}
     auditwheel = Path(sys.executable).with_name("auditwheel")
     show = run(auditwheel, "show", wheel)
     # The lowest tag the binary's symbol versions allow: glibc 2.17, whatever this host has.
