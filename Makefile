@@ -23,11 +23,12 @@ pytest: dev
 
 test: dev cargo-test pytest
 
-# The release wheel as published for Linux x86-64, into target/wheels: abi3 (CPython >= 3.10),
+# The release wheel as published for Linux x86-64, into target/wheelhouse: abi3 (CPython >= 3.10),
 # fat LTO, manylinux_2_17 (manylinux2014), linked by zig (the ziglang package) against glibc 2.17
 # whatever this machine's glibc is; `auditwheel show` reports its tag. Rebuilt only when a tracked
 # source is newer than the last build, so the suite's wheel test and test-pythons share one build.
-WHEEL_DIR := target/wheels
+# (Not target/wheels, where maturin puts the wheels it builds by default, e.g. pip's of the sdist.)
+WHEEL_DIR := target/wheelhouse
 WHEEL_SOURCES := $(shell git ls-files Cargo.toml Cargo.lock pyproject.toml README.md LICENSE rust python 2>/dev/null)
 
 wheel: $(WHEEL_DIR)/.built

@@ -10,7 +10,7 @@
 #   PYTHONS_TESTS=tests bash scripts/...    # the whole suite on each
 #
 # WHEEL: the wheel file to test, or a folder of wheels from which pip picks the one that fits each
-# interpreter (default target/wheels, what `make wheel` writes). PYTHONS: the interpreters, space
+# interpreter (default target/wheelhouse, what `make wheel` writes). PYTHONS: the interpreters, space
 # separated (default: python3.1X on PATH and under pyenv's versions/, one per minor version, the
 # newest patch release; then it fails when fewer than two are found, so a machine that lost its
 # extra interpreters cannot pass this silently). PYTHONS_VENVS: where the venvs go
@@ -23,7 +23,7 @@ ROOT=$(pwd)
 # framing, typed decoding (the Struct builder), schemas, accumulation, the integrations and the
 # CLI. (The rest, wheel builds, memory, threads, serving, are the same on every version.)
 PYTHONS_TESTS=${PYTHONS_TESTS:-"tests/test_framing.py tests/test_decoding.py tests/test_native.py tests/test_schemas.py tests/test_accumulate.py tests/test_integrations.py tests/test_cli.py"}
-WHEEL=${WHEEL:-"$ROOT/target/wheels"}
+WHEEL=${WHEEL:-"$ROOT/target/wheelhouse"}
 VENVS=${PYTHONS_VENVS:-"$ROOT/target/pythons"}
 mkdir -p "$VENVS"
 

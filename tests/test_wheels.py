@@ -218,7 +218,7 @@ def make_wheel() -> Path:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     run("make", "-s", "-C", ROOT, "wheel", f"VENV={sys.prefix}", env=build_env(), timeout=3600)
-    (wheel,) = (ROOT / "target" / "wheels").glob("*.whl")
+    (wheel,) = (ROOT / "target" / "wheelhouse").glob("*.whl")
     return wheel
 
 
