@@ -65,6 +65,7 @@ import bisect
 import gc
 import heapq
 import itertools
+import os
 import re
 import socket
 import sys
@@ -801,6 +802,7 @@ def create_synthetic_app(synthetic: Synthetic = Synthetic(), *,
                 "itl": Tally.stats([gap for _, gap in tallies])}
         if len(tallies) > 1:
             body["workers"] = len(tallies)
+            body["pid"] = os.getpid()  # (of the one that answered)
         if "reset" in request.query_params:
             for pair in tallies:
                 for tally in pair:
