@@ -66,11 +66,13 @@ def _cores() -> tuple[set[int], set[int]] | None:
 
 
 class Server:
-    """``rapidsse serve --synthetic`` in a subprocess pinned to the server core."""
+    """``rapidsse serve --synthetic`` in a subprocess pinned to the server core (``pin``), with
+    ``workers`` processes on its port."""
 
-    def __init__(self, pin: set[int] | None) -> None:
+    def __init__(self, pin: set[int] | None, workers: int = 1) -> None:
         command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", str(TOKENS), "--rate",
-                   str(RATE), "--ttft", str(TTFT * 1000), "--port", "0", "--log-level", "warning"]
+                   str(RATE), "--ttft", str(TTFT * 1000), "--port", "0", "--log-level", "warning",
+                   "--workers", str(workers)]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
                                         preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
         banner = self.process.stderr.readline()
@@ -79,7 +81,7 @@ class Server:
             raise RuntimeError(f"the synthetic server did not start: {banner}")
         self.base = banner.rsplit(" on ", 1)[1].strip().removesuffix("/v1")
         self.url = m.endpoint_url(self.base, PROTOCOL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while True:  # wait until it accepts a request
             try:
                 run = asyncio.run(m.measure(self.url, _bodies(), protocol=PROTOCOL, num_prompts=1, timeout=5))
@@ -247,18 +249,47 @@ CLIENTS: dict[str, Callable[[str, int, float, int], m.Run]] = {
 }
 
 
+def _scaled(workers: int, ray: bool) -> Callable[[str, int, float, int], m.Run]:
+    """``rapidsse measure --workers N`` (spawned processes) or ``--ray`` (N actors)."""
+    from rapidsse import measure_workers
+
+    def run(url: str, count: int, rate: float, concurrency: int) -> m.Run:
+        # (no cap: the arrival rate keeps `concurrency` streams in flight, and a global cap costs
+        # each request a round trip to the parent, or a Ray call, that this table is not about)
+        options = dict(protocol=PROTOCOL, num_prompts=count, request_rate=rate, seed=0, timeout=120)
+        if ray:
+            return measure_workers.measure_ray(url, _bodies(), workers, **options)
+        return measure_workers.measure_workers(url, _bodies(), workers, **options)
+
+    return run
+
+
+SCALE_CONCURRENCIES = (512, 1024, 2048)
+SCALE_CLIENTS: dict[str, Callable[[str, int, float, int], m.Run]] = {
+    "rapidsse measure --workers 1": lambda url, count, rate, concurrency: m.run_loop(m.measure(
+        url, _bodies(), protocol=PROTOCOL, num_prompts=count, request_rate=rate, seed=0, timeout=120)),
+    "rapidsse measure --workers 2": _scaled(2, ray=False),
+    "rapidsse measure --ray, 2 actors": _scaled(2, ray=True),
+}
+"""Past one core: the server with ``--workers 2`` and the client as one process, two, or two Ray
+actors (on a local Ray instance), unpinned (two cores for all of them on the machine of the
+published table)."""
+
+
 # --- One point ---------------------------------------------------------------------------------------
 
 
-def run_point(server: Server, client: str, concurrency: int) -> dict[str, Any]:
+def run_point(server: Server, client: str, concurrency: int,
+              clients: dict[str, Callable[[str, int, float, int], m.Run]] = CLIENTS) -> dict[str, Any]:
     """``2 x concurrency`` requests arriving at the rate that keeps ``concurrency`` streams in
-    flight; the ITL error against the paced truth and the CPU time per token of this process."""
+    flight; the ITL error against the paced truth and the CPU time per token of the client (this
+    process and its workers)."""
     count = 2 * concurrency
     rate = concurrency / (TTFT + (TOKENS - 1) / RATE)
     server.sent()  # (resets the server's count)
     cpu = time.process_time()
-    run = CLIENTS[client](server.url, count, rate, concurrency)
-    cpu = time.process_time() - cpu
+    run = clients[client](server.url, count, rate, concurrency)
+    cpu = time.process_time() - cpu + run.worker_cpu
     sent = server.sent()
     report = m.summarize(run, percentiles=[50, 99])
     tokens = sum(len(r.token_times) for r in run.results)
@@ -275,6 +306,10 @@ def run_point(server: Server, client: str, concurrency: int) -> dict[str, Any]:
         "server_p99_late_ms": sent["lateness"]["p99_ms"],
         "server_median_itl_error_ms": sent["itl"]["median_ms"] - TRUTH_MS,
         "server_p99_itl_error_ms": sent["itl"]["p99_ms"] - TRUTH_MS,
+        "output_tokens_per_s": report["output_throughput"],
+        # what the schedule asks for over the run, ramps included: its tokens over the time from the
+        # first request to the end of the last one when each stream keeps its pace
+        "offered_tokens_per_s": count * TOKENS / (count / rate + TTFT + (TOKENS - 1) / RATE),
     }
 
 
@@ -289,6 +324,22 @@ def table(rows: list[dict[str, Any]]) -> str:
         failed = f" ({row['failed']} failed)" if row["failed"] else ""
         lines.append(f"| {row['concurrency']} | {row['client']}{failed} | {row['median_itl_error_ms']:+.2f} "
                      f"| {row['p99_itl_error_ms']:+.2f} | {row['server_p99_itl_error_ms']:+.2f} "
+                     f"| {row['cpu_us_per_token']:.0f} |")
+    return "\n".join(lines)
+
+
+def scale_table(rows: list[dict[str, Any]]) -> str:
+    """The scale-out results: per concurrency and client, the p99 ITL error (the client's and the
+    server's own), the tokens per second delivered against the ones the schedule asks for (where
+    they fall short, the machine is saturated), and the client's CPU per token."""
+    lines = ["| streams | client | p99 ITL error ms | server's own p99 error ms | tokens/s delivered / asked "
+             "| client CPU µs/token |",
+             "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    for row in sorted(rows, key=lambda r: r["concurrency"]):
+        failed = f" ({row['failed']} failed)" if row["failed"] else ""
+        lines.append(f"| {row['concurrency']} | {row['client']}{failed} | {row['p99_itl_error_ms']:+.2f} "
+                     f"| {row['server_p99_itl_error_ms']:+.2f} "
+                     f"| {row['output_tokens_per_s'] / 1000:.1f}k / {row['offered_tokens_per_s'] / 1000:.1f}k "
                      f"| {row['cpu_us_per_token']:.0f} |")
     return "\n".join(lines)
 
@@ -363,6 +414,43 @@ def test_serving_client(benchmark, server, rows, client, concurrency):
     assert row["completed"] == 2 * concurrency, row
 
 
+@pytest.fixture(scope="module")
+def scale_server():
+    pytest.importorskip("httptools")
+    started = Server(None, workers=2)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def scale_rows():
+    collected: list[dict[str, Any]] = []
+    yield collected
+    if collected:
+        print("\n" + scale_table(collected))
+
+
+@pytest.mark.parametrize("concurrency", SCALE_CONCURRENCIES)
+@pytest.mark.parametrize("client", list(SCALE_CLIENTS))
+def test_serving_scale_out(benchmark, scale_server, scale_rows, request, client, concurrency):
+    if "--ray" in client:
+        request.getfixturevalue("ray_cluster")
+    benchmark.group = f"serving past one core: {concurrency} streams"
+    row = benchmark.pedantic(run_point, args=(scale_server, client, concurrency, SCALE_CLIENTS), rounds=1,
+                             iterations=1)
+    benchmark.extra_info.update(row)
+    scale_rows.append(row)
+    assert row["completed"] + row["failed"] == 2 * concurrency, row
+
+
 def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One row from repeats of a point: the median of each number (failures: the sum)."""
     merged = dict(rows[0])
@@ -381,7 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCIES))
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each point, the clients taking turns; the table gives their medians")
+    parser.add_argument("--scale", action="store_true",
+                        help="past one core: the server with --workers 2 and the clients of SCALE_CLIENTS "
+                             "(Ray's when ray is installed), at 512, 1024 and 2048 streams by default")
     args = parser.parse_args(argv)
+    if args.scale:
+        return scale_main(args)
     cores = _cores()
     if cores is not None:
         os.sched_setaffinity(0, cores[1])
@@ -404,6 +497,37 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(collected, out, indent=2)
     if args.plot:
         plot(collected, args.plot)
+    return 0
+
+
+def scale_main(args: argparse.Namespace) -> int:
+    """``--scale``: the scale-out table (and ``--json``), clients taking turns at each point."""
+    concurrencies = args.concurrency if args.concurrency != list(CONCURRENCIES) else list(SCALE_CONCURRENCIES)
+    clients = dict(SCALE_CLIENTS)
+    try:
+        import ray
+    except ImportError:
+        print("ray is not installed: the Ray client is left out", file=sys.stderr)
+        clients = {name: run for name, run in clients.items() if "--ray" not in name}
+    else:
+        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
+    server = Server(None, workers=2)
+    collected = []
+    try:
+        for concurrency in concurrencies:
+            runs: dict[str, list[dict[str, Any]]] = {client: [] for client in clients}
+            for _ in range(args.repeat):
+                for client in clients:
+                    row = run_point(server, client, concurrency, clients)
+                    print(row, file=sys.stderr, flush=True)
+                    runs[client].append(row)
+            collected += [median_of(rows) for rows in runs.values()]
+    finally:
+        server.stop()
+    print(scale_table(collected))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(collected, out, indent=2)
     return 0
 
 

@@ -908,6 +908,9 @@ class Run:
     (when the event loop read it)."""
     interrupted: bool = False
     """Whether it was stopped before its end (Ctrl-C)."""
+    worker_cpu: float = 0.0
+    """CPU seconds the worker processes or actors spent, each from its setup to its end (0 for a
+    run in this process: see :func:`time.process_time`)."""
 
 
 class Slots(abc.ABC):
@@ -1059,7 +1062,8 @@ def merge(parts: Iterable[Run]) -> Run:
     parts = list(parts)
     results = sorted((r for part in parts for r in part.results), key=lambda r: r.index)
     kinds = sorted({part.timestamps for part in parts}) or ["read"]
-    return Run(results, max((part.duration for part in parts), default=0.0), "+".join(kinds))
+    return Run(results, max((part.duration for part in parts), default=0.0), "+".join(kinds),
+               worker_cpu=sum(part.worker_cpu for part in parts))
 
 
 @contextlib.contextmanager

@@ -156,6 +156,7 @@ class _Collector:
         self.durations: dict[int, float] = {}
         self.timestamps: set[str] = set()
         self.start: float | None = None
+        self.cpu = 0.0
 
     def add(self, result: m.RequestResult) -> None:
         if result.index in self.results:
@@ -180,7 +181,7 @@ class _Collector:
         if interrupted or len(durations) < len(self.jobs):
             durations.append(elapsed)  # a worker that did not finish ran until now
         parts = [m.Run(list(self.results.values()), max(durations, default=0.0),
-                       "+".join(sorted(self.timestamps)) or "read")]
+                       "+".join(sorted(self.timestamps)) or "read", worker_cpu=self.cpu)]
         run = m.merge(parts)
         run.interrupted = interrupted
         return run
@@ -229,6 +230,7 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
 
     loop = asyncio.get_running_loop()
     send = connection.send
+    cpu = time.process_time()
     try:
         target = await m.prepared_target(job.url, job.protocol, job.headers, job.timestamps)
     except (ValueError, OSError) as exc:
@@ -256,7 +258,7 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
                         warmup_slots=warmup_slots, timeout=job.timeout, on_result=lambda r: send(("result", r)),
                         started=barrier)
     loop.remove_reader(connection.fileno())
-    send(("done", run.duration))
+    send(("done", (run.duration, time.process_time() - cpu)))
 
 
 def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *, protocol: str = "responses",
@@ -333,7 +335,8 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
                             ready.add(number)
                             collector.timestamps.add(value)
                         elif kind == "done":
-                            collector.durations[number] = value
+                            collector.durations[number], cpu = value
+                            collector.cpu += cpu
                             live.discard(number)
                             break
                         elif kind == "error":
@@ -423,6 +426,7 @@ def _ray_classes() -> tuple[Any, Any]:
             self.go = threading.Event()
             self.kind = "read"
             self.duration: float | None = None
+            self.cpu = time.process_time()
             self.error: str | None = None
             self.thread = threading.Thread(target=self._main, daemon=True)
             self.thread.start()
@@ -451,6 +455,7 @@ def _ray_classes() -> tuple[Any, Any]:
             warmup_slots = m.LocalSlots(job.warmup_cap) if job.warmup_cap else None
             run = await m.drive(target, job.protocol, job.bodies, job.plan, slots=slots, warmup=job.warmup,
                                 warmup_slots=warmup_slots, timeout=job.timeout, on_result=ended, started=started)
+            self.cpu = time.process_time() - self.cpu
             self.duration = run.duration
 
         def prepare(self) -> str:
@@ -463,11 +468,13 @@ def _ray_classes() -> tuple[Any, Any]:
         def start(self) -> None:
             self.go.set()
 
-        def drain(self) -> tuple[list[m.RequestResult], float | None, str | None]:
-            """What ended since the last call, the duration once the run is over, any error."""
+        def drain(self) -> tuple[list[m.RequestResult], tuple[float, float] | None, str | None]:
+            """What ended since the last call, the duration and CPU seconds once the run is over,
+            any error."""
+            over = not self.thread.is_alive() and self.duration is not None  # (first: then all are in)
             with self.lock:
                 results, self.results = self.results, []
-            return results, self.duration if not self.thread.is_alive() else None, self.error
+            return results, (self.duration, self.cpu) if over else None, self.error
 
     _RAY_CLASSES = (RaySlots, RayWorker)
     return _RAY_CLASSES
@@ -550,7 +557,8 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                 if error is not None:
                     raise ValueError(error)
                 if duration is not None:
-                    collector.durations[number] = duration
+                    collector.durations[number], cpu = duration
+                    collector.cpu += cpu
                     live.discard(number)
         return collector.run()
     except KeyboardInterrupt:
