@@ -25,6 +25,15 @@ same event loop (uvloop's when installed, as ``rapidsse measure`` picks) and the
 Each point runs ``2 x concurrency`` requests of 60 tokens (about 4 s). The server reports how it
 kept its own schedule during each run (``/health``): on a shared machine its core is not always
 its own, and the column "server's own p99 error" says how much of a client's error came from there.
+
+Past one core (``test_serving_scale_out``, or ``--scale``): at 512, 1024 and 2048 streams the
+server runs with ``--workers 2`` and the client as ``rapidsse measure --workers 1`` (one process),
+``--workers 2`` (two spawned processes) and ``--ray`` with two actors on a local Ray instance
+(when ray is installed), unpinned, taking turns in the same run; the table adds the tokens per
+second delivered against those the schedule asks for (short of it: the machine is saturated),
+and the client's CPU counts every worker's::
+
+    python benches/test_serving.py --scale --repeat 3 --json scale.json
 """
 
 from __future__ import annotations
@@ -313,35 +322,41 @@ def run_point(server: Server, client: str, concurrency: int,
     }
 
 
+def _markdown(rows: list[dict[str, Any]], columns: list[tuple[str, Callable[[dict[str, Any]], str]]]) -> str:
+    """``rows`` by concurrency as a markdown table: streams, client (and its failures), then
+    ``columns`` (header, cell of a row)."""
+    lines = ["| streams | client | " + " | ".join(header for header, _ in columns) + " |",
+             "| ---: | --- |" + " ---: |" * len(columns)]
+    for row in sorted(rows, key=lambda r: r["concurrency"]):
+        failed = f" ({row['failed']} failed)" if row["failed"] else ""
+        lines.append(f"| {row['concurrency']} | {row['client']}{failed} | "
+                     + " | ".join(cell(row) for _, cell in columns) + " |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The results as a markdown table: per concurrency and client, the measured ITL's error
     against the paced truth, the same for the ITLs as the server sent them (what the server itself
     added, e.g. when its core was busy), and the client's CPU time per token."""
-    lines = ["| streams | client | median ITL error ms | p99 ITL error ms | server's own p99 error ms "
-             "| client CPU µs/token |",
-             "| ---: | --- | ---: | ---: | ---: | ---: |"]
-    for row in sorted(rows, key=lambda r: r["concurrency"]):
-        failed = f" ({row['failed']} failed)" if row["failed"] else ""
-        lines.append(f"| {row['concurrency']} | {row['client']}{failed} | {row['median_itl_error_ms']:+.2f} "
-                     f"| {row['p99_itl_error_ms']:+.2f} | {row['server_p99_itl_error_ms']:+.2f} "
-                     f"| {row['cpu_us_per_token']:.0f} |")
-    return "\n".join(lines)
+    return _markdown(rows, [
+        ("median ITL error ms", lambda r: f"{r['median_itl_error_ms']:+.2f}"),
+        ("p99 ITL error ms", lambda r: f"{r['p99_itl_error_ms']:+.2f}"),
+        ("server's own p99 error ms", lambda r: f"{r['server_p99_itl_error_ms']:+.2f}"),
+        ("client CPU µs/token", lambda r: f"{r['cpu_us_per_token']:.0f}"),
+    ])
 
 
 def scale_table(rows: list[dict[str, Any]]) -> str:
     """The scale-out results: per concurrency and client, the p99 ITL error (the client's and the
     server's own), the tokens per second delivered against the ones the schedule asks for (where
     they fall short, the machine is saturated), and the client's CPU per token."""
-    lines = ["| streams | client | p99 ITL error ms | server's own p99 error ms | tokens/s delivered / asked "
-             "| client CPU µs/token |",
-             "| ---: | --- | ---: | ---: | ---: | ---: |"]
-    for row in sorted(rows, key=lambda r: r["concurrency"]):
-        failed = f" ({row['failed']} failed)" if row["failed"] else ""
-        lines.append(f"| {row['concurrency']} | {row['client']}{failed} | {row['p99_itl_error_ms']:+.2f} "
-                     f"| {row['server_p99_itl_error_ms']:+.2f} "
-                     f"| {row['output_tokens_per_s'] / 1000:.1f}k / {row['offered_tokens_per_s'] / 1000:.1f}k "
-                     f"| {row['cpu_us_per_token']:.0f} |")
-    return "\n".join(lines)
+    return _markdown(rows, [
+        ("p99 ITL error ms", lambda r: f"{r['p99_itl_error_ms']:+.2f}"),
+        ("server's own p99 error ms", lambda r: f"{r['server_p99_itl_error_ms']:+.2f}"),
+        ("tokens/s delivered / asked",
+         lambda r: f"{r['output_tokens_per_s'] / 1000:.1f}k / {r['offered_tokens_per_s'] / 1000:.1f}k"),
+        ("client CPU µs/token", lambda r: f"{r['cpu_us_per_token']:.0f}"),
+    ])
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -396,21 +411,31 @@ def server():
     started.stop()
 
 
-@pytest.fixture(scope="module")
-def rows():
+def _printed(render: Callable[[list[dict[str, Any]]], str]) -> Any:
+    """A module fixture's body: the rows its tests collect, printed as ``render`` draws them."""
     collected: list[dict[str, Any]] = []
     yield collected
     if collected:
-        print("\n" + table(collected))
+        print("\n" + render(collected))
+
+
+@pytest.fixture(scope="module")
+def rows():
+    yield from _printed(table)
+
+
+def _bench_point(benchmark: Any, group: str, rows: list[dict[str, Any]], *args: Any) -> dict[str, Any]:
+    benchmark.group = group
+    row = benchmark.pedantic(run_point, args=args, rounds=1, iterations=1)
+    benchmark.extra_info.update(row)
+    rows.append(row)
+    return row
 
 
 @pytest.mark.parametrize("concurrency", CONCURRENCIES)
 @pytest.mark.parametrize("client", list(CLIENTS))
 def test_serving_client(benchmark, server, rows, client, concurrency):
-    benchmark.group = f"serving: {concurrency} streams"
-    row = benchmark.pedantic(run_point, args=(server, client, concurrency), rounds=1, iterations=1)
-    benchmark.extra_info.update(row)
-    rows.append(row)
+    row = _bench_point(benchmark, f"serving: {concurrency} streams", rows, server, client, concurrency)
     assert row["completed"] == 2 * concurrency, row
 
 
@@ -432,10 +457,7 @@ def ray_cluster():
 
 @pytest.fixture(scope="module")
 def scale_rows():
-    collected: list[dict[str, Any]] = []
-    yield collected
-    if collected:
-        print("\n" + scale_table(collected))
+    yield from _printed(scale_table)
 
 
 @pytest.mark.parametrize("concurrency", SCALE_CONCURRENCIES)
@@ -443,11 +465,8 @@ def scale_rows():
 def test_serving_scale_out(benchmark, scale_server, scale_rows, request, client, concurrency):
     if "--ray" in client:
         request.getfixturevalue("ray_cluster")
-    benchmark.group = f"serving past one core: {concurrency} streams"
-    row = benchmark.pedantic(run_point, args=(scale_server, client, concurrency, SCALE_CLIENTS), rounds=1,
-                             iterations=1)
-    benchmark.extra_info.update(row)
-    scale_rows.append(row)
+    row = _bench_point(benchmark, f"serving past one core: {concurrency} streams", scale_rows, scale_server,
+                       client, concurrency, SCALE_CLIENTS)
     assert row["completed"] + row["failed"] == 2 * concurrency, row
 
 
@@ -478,26 +497,33 @@ def main(argv: list[str] | None = None) -> int:
     cores = _cores()
     if cores is not None:
         os.sched_setaffinity(0, cores[1])
-    server = Server(cores[0] if cores else None)
+    collected = interleaved(Server(cores[0] if cores else None), CLIENTS, args.concurrency, args.repeat, args.json)
+    print(table(collected))
+    if args.plot:
+        plot(collected, args.plot)
+    return 0
+
+
+def interleaved(server: Server, clients: dict[str, Callable[[str, int, float, int], m.Run]],
+                concurrencies: list[int], repeat: int, json_path: str | None) -> list[dict[str, Any]]:
+    """Every point of ``concurrencies``, the ``clients`` taking turns ``repeat`` times; the medians
+    (also written to ``json_path``). Stops the server at the end."""
     collected = []
     try:
-        for concurrency in args.concurrency:
-            runs: dict[str, list[dict[str, Any]]] = {client: [] for client in CLIENTS}
-            for _ in range(args.repeat):
-                for client in CLIENTS:
-                    row = run_point(server, client, concurrency)
+        for concurrency in concurrencies:
+            runs: dict[str, list[dict[str, Any]]] = {client: [] for client in clients}
+            for _ in range(repeat):
+                for client in clients:
+                    row = run_point(server, client, concurrency, clients)
                     print(row, file=sys.stderr, flush=True)
                     runs[client].append(row)
             collected += [median_of(rows) for rows in runs.values()]
     finally:
         server.stop()
-    print(table(collected))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as out:
             json.dump(collected, out, indent=2)
-    if args.plot:
-        plot(collected, args.plot)
-    return 0
+    return collected
 
 
 def scale_main(args: argparse.Namespace) -> int:
@@ -511,23 +537,7 @@ def scale_main(args: argparse.Namespace) -> int:
         clients = {name: run for name, run in clients.items() if "--ray" not in name}
     else:
         ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
-    server = Server(None, workers=2)
-    collected = []
-    try:
-        for concurrency in concurrencies:
-            runs: dict[str, list[dict[str, Any]]] = {client: [] for client in clients}
-            for _ in range(args.repeat):
-                for client in clients:
-                    row = run_point(server, client, concurrency, clients)
-                    print(row, file=sys.stderr, flush=True)
-                    runs[client].append(row)
-            collected += [median_of(rows) for rows in runs.values()]
-    finally:
-        server.stop()
-    print(scale_table(collected))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(collected, out, indent=2)
+    print(scale_table(interleaved(Server(None, workers=2), clients, concurrencies, args.repeat, args.json)))
     return 0
 
 

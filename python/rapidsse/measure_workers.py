@@ -40,7 +40,8 @@ from typing import Any
 
 from . import measure as m
 
-__all__ = ["SlotBook", "WorkerJob", "cpu_count", "measure_ray", "measure_workers", "split_schedule"]
+__all__ = ["SlotBook", "WorkerJob", "cpu_count", "measure_ray", "measure_workers", "split_schedule",
+           "stop_processes"]
 
 INTERRUPTED = "interrupted: the run was stopped (Ctrl-C) before this request ended"
 
@@ -174,6 +175,12 @@ class _Collector:
                 continue
             self.add(m.RequestResult(index=index, due=offset, error=reason,
                                      latency=max(0.0, elapsed - offset)))
+
+    def interrupted(self, live: set[int]) -> m.Run:
+        """The run stopped by Ctrl-C: what the ``live`` workers had due and unfinished fails."""
+        for number in live:
+            self.fail_rest(number, INTERRUPTED, due_only=True)
+        return self.run(interrupted=True)
 
     def run(self, interrupted: bool = False) -> m.Run:
         elapsed = time.perf_counter() - self.start if self.start is not None else 0.0
@@ -349,17 +356,20 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
                                  "before this request ended")
         return collector.run()
     except KeyboardInterrupt:
-        for number in list(live):
-            collector.fail_rest(number, INTERRUPTED, due_only=True)
-        return collector.run(interrupted=True)
+        return collector.interrupted(live)
     finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(5)
+        stop_processes(processes)
         for pipe in pipes:
             pipe.close()
+
+
+def stop_processes(processes: Sequence[Any]) -> None:
+    """Terminates those still running (SIGTERM), then joins them all (bounded)."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(5)
 
 
 # --- Ray actors ----------------------------------------------------------------------------------
@@ -562,9 +572,7 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                     live.discard(number)
         return collector.run()
     except KeyboardInterrupt:
-        for number in list(live):
-            collector.fail_rest(number, INTERRUPTED, due_only=True)
-        return collector.run(interrupted=True)
+        return collector.interrupted(live)
     finally:
         for actor in actors + ([slots] if slots is not None else []):
             ray.kill(actor)

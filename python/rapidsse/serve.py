@@ -1109,11 +1109,7 @@ def _serve_workers(spec: Synthetic, sock: socket.socket, workers: int, reuse_por
     except KeyboardInterrupt:
         return 0
     finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(5)
+        stop_processes(processes)
         sock.close()
 
 
