@@ -2,7 +2,8 @@
 
 ``rapidsse measure --url URL [--protocol P] [--num-prompts N] [--request-rate R] [--burstiness B]
 [--max-concurrency C] [--dataset FILE | --input-len L] [--output-len M] [--warmup W] [--seed S]
-[--percentiles 50,90,99] [--goodput ttft:MS tpot:MS e2el:MS] [--save-result FILE.json]``
+[--percentiles 50,90,99] [--goodput ttft:MS tpot:MS e2el:MS] [--save-result FILE.json]
+[--workers N|auto] [--ray [ADDRESS]]``
 
 Traffic is open loop, as in ``vllm bench serve``: request ``i`` is *due* at the ``i``-th arrival
 of a process with gamma-distributed gaps of mean ``1/R`` and shape ``B`` (``B = 1``: Poisson;
@@ -49,6 +50,9 @@ The client is made to stay out of its own measurements:
   collection stops the loop for milliseconds, which would show as a late token on every stream in
   flight. A request leaves no reference cycle behind, so nothing piles up meanwhile; what the
   driver does leave is collected when the run ends.
+
+``--workers N`` and ``--ray`` spread the same schedule over client processes or Ray actors and
+merge their samples into this module's report (:mod:`rapidsse.measure_workers`).
 
 Needs httptools (``pip install 'rapidsse[measure]'``); the progress bar needs rich.
 """

@@ -511,7 +511,8 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                 burstiness: float = 1.0, max_concurrency: int | None = None, warmup: int = 0,
                 seed: int | None = None, headers: dict[str, str] | None = None, timeout: float = 600.0,
                 on_result: Callable[[m.RequestResult], None] | None = None, timestamps: str = "auto",
-                loop: str = "auto", poll: float = 0.2, name: str | None = None) -> m.Run:
+                loop: str = "auto", poll: float = 0.2, name: str | None = None,
+                start_timeout: float = 120.0) -> m.Run:
     """:func:`measure_workers` with Ray actors across a cluster's nodes instead of local processes:
     ``workers`` in total (``None``: one per CPU of the cluster), placed round-robin on the live
     nodes. Connects to the cluster at ``address`` (``ray.init(address)``; none: the one Ray finds,
@@ -521,7 +522,7 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
     all told to start. An actor that dies fails its unfinished requests. The actors are named
     ``{name}-{number}`` (``name``: ``rapidsse-measure-<pid>``) and killed at the end."""
     import ray
-    from ray.exceptions import RayActorError
+    from ray.exceptions import GetTimeoutError, RayActorError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
@@ -547,11 +548,17 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
             slots.forget.remote(number)
 
     try:
+        deadline = time.monotonic() + start_timeout
         for number, actor in enumerate(actors):  # the barrier
             try:
-                collector.timestamps.add(ray.get(actor.prepare.remote()))
+                collector.timestamps.add(ray.get(actor.prepare.remote(),
+                                                 timeout=max(0.0, deadline - time.monotonic())))
             except RayActorError as exc:
                 lost(number, exc)
+            except GetTimeoutError:
+                raise TimeoutError(f"the Ray actors were not ready within {start_timeout:g} s (each needs a CPU: "
+                                   f"{len(actors)} asked of the cluster's {ray.cluster_resources().get('CPU', 0):g})"
+                                   ) from None
         collector.start = time.perf_counter()
         ray.get([actors[n].start.remote() for n in live])
         while live:
