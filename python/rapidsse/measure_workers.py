@@ -13,8 +13,8 @@ arrival order (:func:`rapidsse.measure.merge`) and computes the report with the 
 ``--max-concurrency`` stays one cap for the whole run: the parent is its dispenser
 (:class:`SlotBook`). A due request asks the parent for a slot (a message on its worker's pipe, or a
 call of the Ray slot actor) and the parent grants slots in arrival order, as one process's
-semaphore would; a request's result gives its slot back. The round trip (tens of microseconds on
-one machine, a Ray call across machines) is part of the request's queue time, so of its TTFT and
+semaphore would; a request's result gives its slot back. The round trip (a pipe's on one machine,
+a Ray call with ``--ray``) is part of the request's queue time, so of its TTFT and
 E2EL, as any wait for a slot is.
 
 Faults: a worker that dies mid-run (killed, out of memory, a Ray node lost) has its unfinished
