@@ -972,13 +972,14 @@ async def drive(
     warmup_slots: Slots | None = None,
     timeout: float = 600.0,
     on_result: Callable[[RequestResult], None] | None = None,
-    started: Callable[[], None] | None = None,
+    started: Callable[[], float | None] | None = None,
 ) -> Run:
     """The engine of one client process: sends request ``index`` (body ``index % len(bodies)``)
     when it is due, ``offset`` seconds after the start, for each ``(index, offset)`` of ``plan``
     (in arrival order), each waiting for one of ``slots`` first. ``warmup`` requests (the first
     bodies, capped by ``warmup_slots``) run before the start and are not counted. ``started`` is
-    called just before the start (a barrier: it returns when the run is to start).
+    called just before the start (a barrier: it returns when the run is to start, with the start
+    instant on :func:`time.perf_counter`'s clock when the workers of a run share one; None: now).
     :func:`measure` runs it for a whole schedule; each worker of
     :mod:`rapidsse.measure_workers` for its share of one."""
     loop = asyncio.get_running_loop()
@@ -1003,9 +1004,9 @@ async def drive(
                                for i in range(warmup)))
 
     with collector_paused():
-        if started is not None:
-            started()
-        start = time.perf_counter()
+        start = started() if started is not None else None
+        if start is None:
+            start = time.perf_counter()
         tasks = []
         for index, offset in plan:
             due = start + offset

@@ -3,8 +3,10 @@ processes (``--workers N``) or Ray actors (``--ray [ADDRESS]``), their samples m
 
 The parent draws the whole arrival schedule once (:func:`rapidsse.measure.arrival_times` from
 ``--seed``: rate, burstiness, count and the dataset's order), gives request ``i`` to worker
-``i mod N``, and starts every worker on one barrier. Each worker runs the one-process engine
-(:func:`rapidsse.measure.drive`) on its share, timing on its own monotonic clock from its own start,
+``i mod N``, and starts every worker on one barrier, at one instant (on one machine, of the
+monotonic clock all its processes share; with Ray, a wall-clock time each actor turns into its own
+monotonic clock). Each worker runs the one-process engine (:func:`rapidsse.measure.drive`) on its
+share, timing every latency on its own monotonic clock,
 and sends each request's raw samples (a :class:`~rapidsse.measure.RequestResult`: TTFT, token
 times, E2EL, queue time, usage, the failure reason) back as it ends. The parent merges them in
 arrival order (:func:`rapidsse.measure.merge`) and computes the report with the same
@@ -43,6 +45,10 @@ from . import measure as m
 __all__ = ["SlotBook", "WorkerJob", "cpu_count", "measure_ray", "measure_workers", "split_schedule",
            "stop_processes"]
 
+START_AHEAD = 0.05
+"""Seconds from the barrier's release to the start of the schedule (for the workers to wake)."""
+RAY_START_AHEAD = 0.5
+"""Seconds from the Ray barrier to the start: the start calls reach every actor before it."""
 INTERRUPTED = "interrupted: the run was stopped (Ctrl-C) before this request ended"
 
 
@@ -254,11 +260,13 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
     loop.add_reader(connection.fileno(), readable)
     parent = os.getppid()
 
-    def barrier() -> None:
+    def barrier() -> float:
         send(("ready", "kernel" if target.addresses else "read"))
-        while not start.wait(0.5):  # (blocking: nothing else runs before the start)
+        event, instant = start
+        while not event.wait(0.5):  # (blocking: nothing else runs before the start)
             if os.getppid() != parent:
                 raise EOFError("the parent is gone")
+        return instant.value  # (one machine, one monotonic clock: the same instant for all)
 
     warmup_slots = m.LocalSlots(job.warmup_cap) if job.warmup_cap else None
     run = await m.drive(target, job.protocol, job.bodies, job.plan, slots=slots, warmup=job.warmup,
@@ -283,7 +291,7 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
                  burstiness=burstiness, max_concurrency=max_concurrency, warmup=warmup, seed=seed, headers=headers,
                  timeout=timeout, timestamps=timestamps, loop=loop)
     context = multiprocessing.get_context("spawn")
-    start = context.Event()
+    start = (context.Event(), context.RawValue("d", 0.0))
     collector = _Collector(jobs, on_result)
     book = SlotBook(max_concurrency) if max_concurrency else None
     pipes, processes = [], []
@@ -318,10 +326,12 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
 
     try:
         while live:
-            if start.is_set() is False and ready == live:
-                collector.start = time.perf_counter()
-                start.set()
-            if not start.is_set() and time.monotonic() > deadline:
+            if not start[0].is_set() and ready == live:
+                # The workers' start: a moment from now that all of them are likely awake by (one
+                # that wakes later finds its first requests due, and their wait counts).
+                collector.start = start[1].value = time.perf_counter() + START_AHEAD
+                start[0].set()
+            if not start[0].is_set() and time.monotonic() > deadline:
                 raise TimeoutError(f"the workers were not ready within {start_timeout:g} s")
             waitables = [pipes[n] for n in live] + [processes[n].sentinel for n in live]
             for item in multiprocessing.connection.wait(waitables, timeout=0.5):
@@ -434,6 +444,7 @@ def _ray_classes() -> tuple[Any, Any]:
             self.lock = threading.Lock()
             self.ready = threading.Event()
             self.go = threading.Event()
+            self.at = 0.0
             self.kind = "read"
             self.duration: float | None = None
             self.cpu = time.process_time()
@@ -454,9 +465,12 @@ def _ray_classes() -> tuple[Any, Any]:
             self.kind = "kernel" if target.addresses else "read"
             slots = _RaySlotsClient(self.slots, job.number) if self.slots is not None else None
 
-            def started() -> None:
+            def started() -> float:
                 self.ready.set()
                 self.go.wait()
+                # the start, told on the wall clock, on this node's monotonic clock: skew between
+                # machines shifts a share of the schedule, never a latency (each timed here)
+                return time.perf_counter() + (self.at - time.time())
 
             def ended(result: m.RequestResult) -> None:
                 with self.lock:
@@ -475,7 +489,9 @@ def _ray_classes() -> tuple[Any, Any]:
                 raise ValueError(self.error)
             return self.kind
 
-        def start(self) -> None:
+        def start(self, at: float) -> None:
+            """Starts the run at ``at`` (:func:`time.time`)."""
+            self.at = at
             self.go.set()
 
         def drain(self) -> tuple[list[m.RequestResult], tuple[float, float] | None, str | None]:
@@ -517,9 +533,10 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
     ``workers`` in total (``None``: one per CPU of the cluster), placed round-robin on the live
     nodes. Connects to the cluster at ``address`` (``ray.init(address)``; none: the one Ray finds,
     or a new local one) unless Ray is initialised already. Latencies are timed on each actor's own
-    monotonic clock, from its own start, so clock skew between machines never enters them. The
-    start barrier: every actor warmed up and waiting (``ray.get`` of all ``prepare`` calls), then
-    all told to start. An actor that dies fails its unfinished requests. The actors are named
+    monotonic clock, so clock skew between machines never enters them. The start barrier: every
+    actor warmed up and waiting (``ray.get`` of all ``prepare`` calls), then all told to start at
+    one wall-clock time :data:`RAY_START_AHEAD` ahead (skew shifts an actor's share of the
+    schedule, not its latencies). An actor that dies fails its unfinished requests. The actors are named
     ``{name}-{number}`` (``name``: ``rapidsse-measure-<pid>``) and killed at the end."""
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError
@@ -559,8 +576,9 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                 raise TimeoutError(f"the Ray actors were not ready within {start_timeout:g} s (each needs a CPU: "
                                    f"{len(actors)} asked of the cluster's {ray.cluster_resources().get('CPU', 0):g})"
                                    ) from None
-        collector.start = time.perf_counter()
-        ray.get([actors[n].start.remote() for n in live])
+        at = time.time() + RAY_START_AHEAD
+        collector.start = time.perf_counter() + RAY_START_AHEAD
+        ray.get([actors[n].start.remote(at) for n in live])
         while live:
             time.sleep(poll)
             for number in sorted(live):
