@@ -47,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -307,6 +308,7 @@ def run_point(server: Server, client: str, concurrency: int,
         "concurrency": concurrency,
         "completed": report["completed"],
         "failed": report["failed"],
+        "failure_reasons": report["failure_reasons"],
         "median_itl_error_ms": report["median_itl_ms"] - TRUTH_MS,
         "p99_itl_error_ms": report["p99_itl_ms"] - TRUTH_MS,
         "median_ttft_error_ms": report["median_ttft_ms"] - TTFT * 1000,
@@ -477,6 +479,7 @@ def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(value, float):
             merged[key] = statistics.median(r[key] for r in rows)
     merged["failed"] = sum(r["failed"] for r in rows)
+    merged["failure_reasons"] = dict(sum((Counter(r["failure_reasons"]) for r in rows), Counter()))
     merged["repeats"] = len(rows)
     return merged
 
