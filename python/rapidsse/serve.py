@@ -1121,6 +1121,14 @@ def _synthetic_worker(spec: Synthetic, tallies: list[tuple[Tally, Tally]], own: 
     import uvicorn
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the parent stops the workers)
+    parent = os.getppid()
+
+    def orphaned() -> None:  # a parent killed without its cleanup: do not serve on alone
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)  # (uvicorn's own graceful exit)
+
+    threading.Thread(target=orphaned, name="orphaned", daemon=True).start()
     sock = shared if shared is not None else _bind(host, port, reuse_port=True)
     sock.listen(2048)
     app = create_synthetic_app(spec, tallies=tallies, own=own)
