@@ -149,20 +149,44 @@ def _drain(feed: Callable[[Any], list[Any]], chunks: Iterable[Any],
         at_end()
 
 
-async def adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
-                 finished: Union[Callable[[], bool], None] = None) -> AsyncIterator[Any]:
-    """Async twin of :func:`drain`."""
-    async for chunk in chunks:
-        try:
-            events = feed(chunk)
-        except SSEError as exc:
-            for event in exc.events:
+def adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
+           finished: Union[Callable[[], bool], None] = None,
+           at_end: Union[Callable[[], Any], None] = None) -> AsyncIterator[Any]:
+    """Async twin of :func:`drain` over an async iterable of chunks. ``async for`` gets the
+    events of the chunk read last without suspending: only reading the next chunk awaits. Closed
+    at a yielded event (``aclose()``), it closes the source (``chunks.aclose()``, if any). On the
+    Rust backend a native async iterator (its ``__anext__`` returns an awaitable that completes
+    at once while events are held: no frame to resume per event), else :func:`_adrain`."""
+    compiled = core()
+    if compiled is not None:
+        return compiled.AsyncDrain(feed, chunks, finished, at_end)  # type: ignore[no-any-return]
+    return _adrain(feed, chunks, finished, at_end)
+
+
+async def _adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
+                  finished: Union[Callable[[], bool], None] = None,
+                  at_end: Union[Callable[[], Any], None] = None) -> AsyncIterator[Any]:
+    """:func:`adrain` as one async generator (the pure-Python backend)."""
+    source = chunks.__aiter__()
+    try:
+        async for chunk in source:
+            try:
+                events = feed(chunk)
+            except SSEError as exc:
+                for event in exc.events:
+                    yield event
+                raise
+            for event in events:
                 yield event
-            raise
-        for event in events:
-            yield event
-        if finished is not None and finished():
-            return
+            if finished is not None and finished():
+                break
+    except GeneratorExit:
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        raise
+    if at_end is not None:
+        at_end()
 
 
 def iter_sse(
@@ -173,11 +197,10 @@ def iter_sse(
     return drain(decoder.feed, source, at_end=decoder.close)
 
 
-async def aiter_sse(
+def aiter_sse(
     source: AsyncIterable[Bytes], *, max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE
 ) -> AsyncIterator[ServerSentEvent]:
-    """Yields the events of an async iterable of byte chunks (e.g. ``response.aiter_bytes()``)."""
+    """Yields the events of an async iterable of byte chunks (e.g. ``response.aiter_bytes()``);
+    ``aclose()`` closes the source."""
     decoder = SSEDecoder(max_event_size)
-    async for event in adrain(decoder.feed, source):
-        yield event
-    decoder.close()
+    return adrain(decoder.feed, source, at_end=decoder.close)
