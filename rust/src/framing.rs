@@ -1123,6 +1123,55 @@ mod tests {
         assert_eq!(len, 8 << 20);
     }
 
+    #[test]
+    fn data_lines_held_across_chunks_frame_as_in_one_chunk() {
+        // Data lines longer than the chunks (their values go straight into the data buffer)
+        // in every position: alone, after and before other data lines, with and without the
+        // space, ending in LF, CR or CRLF, next to a comment and an id; under caps that the
+        // line or the event's data reaches.
+        let long = "y".repeat(40);
+        let stream = format!(
+            "data: {long}\n\ndata:{long}\r\ndata: {long}\rdata: short\n\n: {long}\n\
+             id: 3\ndata: x\ndata:  {long}\n\nevent: e\ndata: {long}\r\n\r\ndata: {long}"
+        );
+        let stream = stream.as_bytes();
+        let (whole, _) = framed(&[stream], None);
+        assert_eq!(whole.len(), 4, "{whole:?}");
+        for size in 1..stream.len() {
+            let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+            assert_eq!(framed(&chunks, None).0, whole, "chunks of {size}");
+        }
+        // (The offset an over-long line is reported at is where it was seen to be too long:
+        // the end of a chunk, or of the line.)
+        let error = |chunks: &[&[u8]], max: usize| {
+            let mut framer = Framer::new(Some(max));
+            chunks
+                .iter()
+                .find_map(|chunk| match framer.feed(chunk, |_| {}) {
+                    Err(FramingError::TooLarge(e)) => Some((e.in_line, e.events_dispatched)),
+                    _ => None,
+                })
+        };
+        for max in [20, 41, 42, 46, 60, 85] {
+            let reference = framed(&[stream], Some(max));
+            let reference_error = error(&[stream], max);
+            assert!(reference_error.is_some(), "max {max}");
+            for size in 1..stream.len() {
+                let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+                assert_eq!(
+                    framed(&chunks, Some(max)),
+                    reference,
+                    "max {max} chunks of {size}"
+                );
+                assert_eq!(
+                    error(&chunks, max),
+                    reference_error,
+                    "max {max} chunks of {size}"
+                );
+            }
+        }
+    }
+
     /// Events with their offsets and indices, for comparing chunkings.
     fn framed(chunks: &[&[u8]], max: Option<usize>) -> (Vec<(Ev, u64, u64, bool)>, bool) {
         let mut framer = Framer::new(max);

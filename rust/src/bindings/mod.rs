@@ -88,7 +88,6 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<framing::SSEDecoder>()?;
     m.add_class::<decoding::EventDecoder>()?;
     m.add_class::<drain::Drain>()?;
-    m.add_class::<drain::AsyncDrain>()?;
     m.add_class::<native::NativeSchema>()?;
     m.add_function(wrap_pyfunction!(wire::wire_setup, m)?)?;
     m.add_function(wrap_pyfunction!(structs::wire_encode, m)?)?;
