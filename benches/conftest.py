@@ -35,7 +35,7 @@ def pytest_generate_tests(metafunc):
 
 @functools.lru_cache(maxsize=None)
 def _workload(group: str) -> bench.Workload:
-    """Each group's input, built once per session (the large-event one is 32 MiB)."""
+    """Each group's input, built once per session (the large-event one is 64 MiB)."""
     return bench.workload(group)
 
 

@@ -1,4 +1,4 @@
-"""One 32 MiB event (a base64 image) framed from 4 KiB chunks and from one chunk, on both
+"""One 64 MiB event (a base64 image) framed from 4 KiB chunks and from one chunk, on both
 backends: the chunked run must stay within a small factor of the one-chunk run (linear buffering,
 no rescanning of the accumulated data)."""
 

@@ -110,6 +110,18 @@ def test_large_event_contenders_frame_one_event():
         assert contender.run(inputs) == 1, contender.name
 
 
+@pytest.mark.parametrize("group", [bench.ASYNC_RESPONSES, bench.ASYNC_CHAT])
+def test_async_contenders_count_every_event_against_their_sync_twin(group):
+    load = bench.workload(group, N)
+    contenders = _available(group)
+    names = {c.name for c in contenders}
+    assert any("async for" in name for name in names)
+    for contender in contenders:
+        assert contender.run(load.inputs) == N, contender.name
+        if "async for" in contender.name:
+            assert contender.baseline in names and "async" not in contender.baseline, contender.name
+
+
 def test_corpus_contenders_agree_on_a_few_recordings():
     try:
         recordings = bench.corpus_recordings()

@@ -285,6 +285,112 @@ def test_aiter_events_and_httpx_like_sources():
     assert [e.delta for e in rapidsse.iter_events(FakeResponse())] == ["a", "b"]
 
 
+async def _agen(chunks, log=None, pause=False):
+    """An async generator of ``chunks`` (suspending to the loop before each when ``pause``);
+    appends "closed" to ``log`` when it is closed or cancelled, "pulled" per chunk."""
+    try:
+        for chunk in chunks:
+            if pause:
+                await asyncio.sleep(0)
+            if log is not None:
+                log.append("pulled")
+            yield chunk
+    finally:
+        if log is not None:
+            log.append("closed")
+
+
+def _events_and_error(events_then_error):
+    events, error = events_then_error
+    return as_builtins(events), None if error is None else (type(error).__name__, str(error))
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip", "keep"])
+@pytest.mark.parametrize("pause", [False, True])
+def test_aiter_events_yields_what_iter_events_does_up_to_the_same_error(on_error, pause):
+    stream = delta("a") + delta("b") + b"data: {bad\n\n" + delta("c") + b"event: x\ndata: " + b"y" * 300 + b"\n\n" + delta("d")
+    for size in (1, 7, 64, len(stream)):
+        chunks = chunked(stream, size)
+
+        def sync():
+            out = []
+            try:
+                for e in rapidsse.iter_events(chunks, on_error=on_error, max_event_size=200):
+                    out.append(e)
+            except rapidsse.SSEError as exc:
+                return out, exc
+            return out, None
+
+        async def asynchronous():
+            out = []
+            try:
+                async for e in rapidsse.aiter_events(_agen(chunks, pause=pause), on_error=on_error, max_event_size=200):
+                    out.append(e)
+            except rapidsse.SSEError as exc:
+                return out, exc
+            return out, None
+
+        expected = _events_and_error(sync())
+        assert expected[1] is not None  # the oversized event raises in every mode
+        assert _events_and_error(asyncio.run(asynchronous())) == expected, size
+
+
+def test_aiter_events_stops_reading_at_done_and_aclose_closes_the_source():
+    stream = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[]}\n\ndata: [DONE]\n\n'
+    log = []
+
+    async def until_done():
+        return [e async for e in rapidsse.aiter_events(_agen([stream, b"data: never read\n\n"], log), "chat")]
+
+    assert len(asyncio.run(until_done())) == 1
+    assert log.count("pulled") == 1, "iteration stops reading the source at [DONE]"
+
+    async def closed_early():
+        log.clear()
+        events = rapidsse.aiter_events(_agen([delta("a") + delta("b"), delta("c")], log))
+        first = await events.__anext__()
+        await events.aclose()
+        with pytest.raises(StopAsyncIteration):
+            await events.__anext__()  # the held second event is not handed out after aclose
+        return first.delta
+
+    assert asyncio.run(closed_early()) == "a"
+    assert log == ["pulled", "closed"]
+
+
+def test_aiter_events_cancelled_while_awaiting_a_chunk():
+    log = []
+    started = []
+
+    async def stalled():
+        try:
+            yield delta("a")
+            started.append(True)
+            await asyncio.Event().wait()  # never set
+            yield delta("b")
+        finally:
+            log.append("source closed")
+
+    async def run():
+        got = []
+
+        async def consume():
+            async for e in rapidsse.aiter_events(stalled()):
+                got.append(e.delta)
+
+        task = asyncio.ensure_future(consume())
+        while not started:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return got
+
+    assert asyncio.run(run()) == ["a"]
+    assert log == ["source closed"], "the cancellation reached the source where it awaited"
+
+
 def test_argument_validation():
     with pytest.raises(ValueError):
         EventDecoder("realtime")

@@ -460,10 +460,8 @@ class EventStream(Generic[T]):
         self._decoder.close()
         self.accumulator.close()
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        async for event in adrain(self._step, _achunks(self._source), _finished(self._decoder)):
-            yield event
-        self._close()
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return adrain(self._step, _achunks(self._source), _finished(self._decoder), self._close)
 
     @property
     def response(self) -> Any:

@@ -3,7 +3,7 @@
 Used by the pytest-benchmark suite in ``benches/`` and by ``rapidsse bench``. Three parts:
 
 - **Inputs.** :func:`responses_stream` and :func:`chat_stream` build realistic synthetic streams (the
-  shape and sizes of OpenAI's), :func:`large_event_stream` one 32 MiB event, :func:`chunked` cuts
+  shape and sizes of OpenAI's), :func:`large_event_stream` one 64 MiB event, :func:`chunked` cuts
   bytes the way a socket delivers them and :func:`corpus_recordings` loads the real recorded streams.
 - **Contenders.** Each :class:`Contender` wraps one parser as ``run(inputs) -> int`` (the number of
   events produced), so all of a group are timed on the same chunks and checked on the same count.
@@ -64,14 +64,14 @@ Protocol = Literal["responses", "chat", "anthropic", "gemini", "completions"]
 CHUNK_SIZE = 512
 """Bytes per chunk in the stream groups: about what one TLS record / socket read carries."""
 
-LARGE_EVENT_SIZE = 32 * 1024 * 1024
+LARGE_EVENT_SIZE = 64 * 1024 * 1024
 """Bytes of data in the large-event group's one event (twice the default ``max_event_size``)."""
 LARGE_CHUNK_SIZE = 4096
 
 FRAMING = "framing (Responses, 512-byte chunks)"
 TYPED_RESPONSES = "typed Responses (512-byte chunks)"
 TYPED_CHAT = "typed Chat (512-byte chunks)"
-LARGE_EVENT = "framing of one 32 MiB event: 4 KiB chunks vs one chunk"
+LARGE_EVENT = "framing of one 64 MiB event: 4 KiB chunks vs one chunk"
 CORPUS = "corpus (all recordings, typed)"
 ACCUMULATE = "final Response (Responses, 512-byte chunks)"
 HTTPX_SSE = "httpx-sse drop-in: connect_sse + iter_sse over an httpx MockTransport (Responses, 512-byte chunks)"
@@ -82,8 +82,11 @@ GEMINI_ACCUMULATE = "final Gemini response (512-byte chunks)"
 TYPED_COMPLETIONS = "typed Completions (512-byte chunks)"
 COMPLETIONS_ACCUMULATE = "final Completion (512-byte chunks)"
 ANTHROPIC = "Anthropic Messages (512-byte chunks)"
+ASYNC_RESPONSES = "async vs sync: typed Responses, async generator vs list of the same chunks (512-byte chunks)"
+ASYNC_CHAT = "async vs sync: typed Chat, async generator vs list of the same chunks (512-byte chunks)"
 GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC,
-          HTTPX_SSE_CORPUS, TYPED_GEMINI, GEMINI_ACCUMULATE, TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE, ANTHROPIC)
+          HTTPX_SSE_CORPUS, TYPED_GEMINI, GEMINI_ACCUMULATE, TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE, ANTHROPIC,
+          ASYNC_RESPONSES, ASYNC_CHAT)
 """Every group, in the order :func:`run_all` reports them."""
 
 # ---------------------------------------------------------------------------------------------------
@@ -692,6 +695,79 @@ def _over_corpus(run: Callable[[Protocol, list[bytes]], int], corpus: list[tuple
     return sum([run(protocol, chunks) for protocol, chunks in corpus])
 
 
+# ---------------------------------------------------------------------------------------------------
+# Async vs sync: the same chunks from a list and from an async generator
+
+
+async def _achunks(chunks: list[bytes]) -> Any:
+    for chunk in chunks:
+        yield chunk
+
+
+def _completed(coroutine: Any) -> int:
+    """Runs a coroutine that never suspends (its source is in memory) to its end, without an
+    event loop, so that only the iteration is timed."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("the coroutine suspended: an in-memory source never should")
+
+
+async def _acount(events: Any) -> int:
+    n = 0
+    async for _ in events:
+        n += 1
+    return n
+
+
+def _count(events: Any) -> int:
+    n = 0
+    for _ in events:
+        n += 1
+    return n
+
+
+def _iterated(backend: str, make: Callable[..., Any], chunks: list[bytes], *args: Any) -> int:
+    """``for event in make(chunks, *args)`` on ``backend``, counted."""
+    with using(backend):
+        return _count(make(chunks, *args))
+
+
+def _aiterated(backend: str, make: Callable[..., Any], chunks: list[bytes], *args: Any) -> int:
+    """``async for event in make(async generator of chunks, *args)`` on ``backend``, counted."""
+    with using(backend):
+        return _completed(_acount(make(_achunks(chunks), *args)))
+
+
+def _async_contenders(protocol: Protocol) -> list[Contender]:
+    """Each sync iteration and its async twin over the same chunks, the twin's ratio taken
+    against it: ``iter_events`` on both backends, ``stream_*`` and (Responses) ``iter_sse``."""
+    from .accumulate import stream_chat, stream_responses
+    from .framing import aiter_sse, iter_sse
+
+    pairs: list[tuple[str, str, Callable[..., Any], Callable[..., Any], tuple[str, ...]]] = [
+        (backend, "iter_events", functools.partial(decoding.iter_events, protocol=protocol),
+         functools.partial(decoding.aiter_events, protocol=protocol), requires)
+        for backend, requires in (("rust", _RUST), ("python", ()))
+    ]
+    stream = stream_responses if protocol == "responses" else stream_chat
+    pairs.append(("rust", stream.__name__, stream, stream, _RUST))
+    if protocol == "responses":  # (a Chat stream has one SSE event more than typed chunks: [DONE])
+        pairs.append(("rust", "iter_sse", iter_sse, aiter_sse, _RUST))
+    rows: list[Contender] = []
+    for backend, name, sync, asynchronous, requires in pairs:
+        baseline = f"rapidsse {backend}, for event in {name}(list)"
+        rows += [
+            Contender(baseline, functools.partial(_iterated, backend, sync), requires),
+            Contender(f"rapidsse {backend}, async for event in {('a' + name) if name.startswith('iter') else name}"
+                      "(async generator)", functools.partial(_aiterated, backend, asynchronous), requires,
+                      baseline=baseline),
+        ]
+    return rows
+
+
 def _one_chunk(chunks: list[bytes]) -> list[bytes]:
     return [b"".join(chunks)]
 
@@ -757,7 +833,7 @@ def contenders(group: str) -> list[Contender]:
         ]
     if group == LARGE_EVENT:
         rust, python = "rapidsse rust, one chunk", "rapidsse python, one chunk"
-        uncapped_rust = functools.partial(_frame_rust, max_event_size=None)  # 32 MiB > the default cap
+        uncapped_rust = functools.partial(_frame_rust, max_event_size=None)  # 64 MiB > the default cap
         uncapped_python = functools.partial(_frame_python, max_event_size=None)
         return [
             Contender(rust, uncapped_rust, _RUST, prepare=_one_chunk),
@@ -833,6 +909,8 @@ def contenders(group: str) -> list[Contender]:
         ]
     if group == ANTHROPIC:
         return _anthropic_contenders()
+    if group in (ASYNC_RESPONSES, ASYNC_CHAT):
+        return _async_contenders("responses" if group == ASYNC_RESPONSES else "chat")
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 
@@ -1008,14 +1086,14 @@ class Workload:
 
 def workload(group: str, n_events: int = 3000) -> Workload:
     """The input of ``group``: ``n_events`` events for the synthetic streams, cut in
-    :data:`CHUNK_SIZE`-byte chunks; one 32 MiB event in 4 KiB chunks; or every recording.
+    :data:`CHUNK_SIZE`-byte chunks; one 64 MiB event in 4 KiB chunks; or every recording.
 
     Raises :class:`FileNotFoundError` for the corpus group when the corpus is missing.
     """
-    if group in (FRAMING, TYPED_RESPONSES, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC):
+    if group in (FRAMING, TYPED_RESPONSES, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC, ASYNC_RESPONSES):
         data = responses_stream(n_events)
         return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
-    if group == TYPED_CHAT:
+    if group in (TYPED_CHAT, ASYNC_CHAT):
         data = chat_stream(n_events)
         return Workload(chunked(data, CHUNK_SIZE), n_events, len(data))
     if group in (TYPED_GEMINI, GEMINI_ACCUMULATE):

@@ -379,7 +379,7 @@ def iter_events(
     return drain(decoder.feed, _chunks(source), _finished(decoder), decoder.close)
 
 
-async def aiter_events(
+def aiter_events(
     source: AsyncIterable[Bytes],
     protocol: Protocol = "responses",
     on_error: OnError = "raise",
@@ -388,13 +388,13 @@ async def aiter_events(
     raise_on_error_event: bool = False,
 ) -> AsyncIterator[Any]:
     """Async twin of :func:`iter_events`: an async iterable of byte chunks, or an object with
-    ``aiter_bytes()`` such as an ``httpx.Response`` from ``AsyncClient.stream``."""
+    ``aiter_bytes()`` such as an ``httpx.Response`` from ``AsyncClient.stream``. The events of a
+    chunk come without suspending (only reading the next chunk awaits); ``aclose()`` closes the
+    source."""
     decoder = EventDecoder(
         protocol, on_error=on_error, max_event_size=max_event_size, raise_on_error_event=raise_on_error_event
     )
-    async for event in adrain(decoder.feed, _achunks(source), _finished(decoder)):
-        yield event
-    decoder.close()
+    return adrain(decoder.feed, _achunks(source), _finished(decoder), decoder.close)
 
 
 # Anthropic event types no other protocol uses (``ping`` and ``error`` tell nothing).

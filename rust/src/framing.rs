@@ -240,6 +240,10 @@ pub struct Framer {
     swallow_lf: bool,
     /// An unterminated line carried over from earlier chunks.
     line: Vec<u8>,
+    /// Or: the unterminated line is a `data:` line whose value goes straight into `data`
+    /// (a huge event's bytes are copied once, not into `line` and then into `data`); its
+    /// length so far, for the line cap.
+    data_line: Option<usize>,
     /// Or: the start of an event of the usual shape, not framed yet (see `Framer::quick`).
     tail: Vec<u8>,
     tail_offset: u64,
@@ -274,6 +278,7 @@ impl Framer {
             bom: Bom::Matching(0),
             swallow_lf: false,
             line: Vec::new(),
+            data_line: None,
             tail: Vec::new(),
             tail_offset: 0,
             line_offset: 0,
@@ -347,6 +352,7 @@ impl Framer {
     }
 
     fn clear_block(&mut self) {
+        self.data_line = None;
         self.data = Vec::new();
         self.has_data = false;
         self.multiline = false;
@@ -472,7 +478,7 @@ impl Framer {
     ) -> Result<(), FramingError> {
         let mut start = 0usize;
         loop {
-            if quick && self.line.is_empty() && self.block_is_clean() {
+            if quick && self.line.is_empty() && self.data_line.is_none() && self.block_is_clean() {
                 let taken = on_event.wholes(&chunk[start..], self.dispatched, base + start as u64);
                 if taken.events > 0 {
                     debug_assert_eq!(
@@ -509,15 +515,14 @@ impl Framer {
                 break;
             };
             let end = start + rel;
-            let line_offset;
-            let res = if self.line.is_empty() {
-                line_offset = base + start as u64;
-                self.process_line(&chunk[start..end], line_offset, on_event)
+            let res = if let Some(held) = self.data_line {
+                self.end_data_line(held, &chunk[start..end], base + end as u64)
+            } else if self.line.is_empty() {
+                self.process_line(&chunk[start..end], base + start as u64, on_event)
             } else {
-                line_offset = self.line_offset;
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(&chunk[start..end]);
-                let res = self.process_line(&line, line_offset, on_event);
+                let res = self.process_line(&line, self.line_offset, on_event);
                 line.clear();
                 self.line = line;
                 res
@@ -535,13 +540,60 @@ impl Framer {
             }
         }
         let rest = &chunk[start..];
-        if !rest.is_empty() {
-            if self.line.is_empty() {
-                self.line_offset = base + start as u64;
-            }
-            self.check_line(self.line.len() + rest.len(), base + chunk.len() as u64)?;
-            self.line.extend_from_slice(rest);
+        if rest.is_empty() {
+            return Ok(());
         }
+        let at = base + chunk.len() as u64;
+        if let Some(held) = self.data_line {
+            self.check_line(held + rest.len(), at)?;
+            self.data.extend_from_slice(rest);
+            self.data_line = Some(held + rest.len());
+            return Ok(());
+        }
+        if self.line.is_empty() {
+            self.line_offset = base + start as u64;
+        }
+        self.check_line(self.line.len() + rest.len(), at)?;
+        self.line.extend_from_slice(rest);
+        self.begin_data_line();
+        Ok(())
+    }
+
+    /// When the unterminated line is a `data:` line with a byte of its value (so that the one
+    /// optional space is known), moves its value into `data`, where the rest of the line will
+    /// go: what `process_line` would do with the whole line, but for the data cap, checked at
+    /// the line end (`end_data_line`).
+    fn begin_data_line(&mut self) {
+        const DATA: &[u8] = b"data:";
+        if self.line.len() <= DATA.len() || !self.line.starts_with(DATA) {
+            return;
+        }
+        let value = &self.line[DATA.len()..];
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        if self.block_offset.is_none() {
+            self.block_offset = Some(self.line_offset);
+        }
+        if self.has_data {
+            self.data.push(b'\n');
+            self.multiline = true;
+        }
+        self.data.extend_from_slice(value);
+        self.has_data = true;
+        self.data_line = Some(self.line.len());
+        self.line.clear();
+    }
+
+    /// The `data:` line held in `data` ends with `last` (its bytes in the chunk, before the
+    /// line end at stream offset `at`): the checks `process_line` makes of a whole line.
+    fn end_data_line(&mut self, held: usize, last: &[u8], at: u64) -> Result<(), FramingError> {
+        self.data_line = None;
+        self.check_line(held + last.len(), at)?;
+        if let Some(max) = self.max_event_size {
+            if self.data.len() + last.len() > max {
+                return Err(self.too_large(at, false));
+            }
+        }
+        self.data.extend_from_slice(last);
         Ok(())
     }
 
@@ -1069,6 +1121,55 @@ mod tests {
             framer.feed(chunk, |e| len = e.data.len()).unwrap();
         }
         assert_eq!(len, 8 << 20);
+    }
+
+    #[test]
+    fn data_lines_held_across_chunks_frame_as_in_one_chunk() {
+        // Data lines longer than the chunks (their values go straight into the data buffer)
+        // in every position: alone, after and before other data lines, with and without the
+        // space, ending in LF, CR or CRLF, next to a comment and an id; under caps that the
+        // line or the event's data reaches.
+        let long = "y".repeat(40);
+        let stream = format!(
+            "data: {long}\n\ndata:{long}\r\ndata: {long}\rdata: short\n\n: {long}\n\
+             id: 3\ndata: x\ndata:  {long}\n\nevent: e\ndata: {long}\r\n\r\ndata: {long}"
+        );
+        let stream = stream.as_bytes();
+        let (whole, _) = framed(&[stream], None);
+        assert_eq!(whole.len(), 4, "{whole:?}");
+        for size in 1..stream.len() {
+            let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+            assert_eq!(framed(&chunks, None).0, whole, "chunks of {size}");
+        }
+        // (The offset an over-long line is reported at is where it was seen to be too long:
+        // the end of a chunk, or of the line.)
+        let error = |chunks: &[&[u8]], max: usize| {
+            let mut framer = Framer::new(Some(max));
+            chunks
+                .iter()
+                .find_map(|chunk| match framer.feed(chunk, |_| {}) {
+                    Err(FramingError::TooLarge(e)) => Some((e.in_line, e.events_dispatched)),
+                    _ => None,
+                })
+        };
+        for max in [20, 41, 42, 46, 60, 85] {
+            let reference = framed(&[stream], Some(max));
+            let reference_error = error(&[stream], max);
+            assert!(reference_error.is_some(), "max {max}");
+            for size in 1..stream.len() {
+                let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+                assert_eq!(
+                    framed(&chunks, Some(max)),
+                    reference,
+                    "max {max} chunks of {size}"
+                );
+                assert_eq!(
+                    error(&chunks, max),
+                    reference_error,
+                    "max {max} chunks of {size}"
+                );
+            }
+        }
     }
 
     /// Events with their offsets and indices, for comparing chunkings.

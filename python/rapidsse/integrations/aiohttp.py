@@ -33,16 +33,15 @@ def _check(response: aiohttp.ClientResponse) -> None:
     expect_event_stream(response.headers.get("Content-Type"), response.status, response)
 
 
-async def aiter_sse(
+def aiter_sse(
     response: aiohttp.ClientResponse, *, max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE
 ) -> AsyncIterator[ServerSentEvent]:
-    """The Server-Sent Events of ``response``."""
+    """The Server-Sent Events of ``response`` (the content type is checked at once)."""
     _check(response)
-    async for event in _aiter_sse(response.content.iter_any(), max_event_size=max_event_size):
-        yield event
+    return _aiter_sse(response.content.iter_any(), max_event_size=max_event_size)
 
 
-async def aiter_events(
+def aiter_events(
     response: aiohttp.ClientResponse, protocol: str | None = None, **kwargs: Any
 ) -> AsyncIterator[Any]:
     """The typed events of ``response`` (``protocol`` as for :func:`rapidsse.aiter_events`; by
@@ -51,5 +50,4 @@ async def aiter_events(
     _check(response)
     if protocol is None:
         protocol = protocol_for_path(response.url.path)
-    async for event in _aiter_events(response.content.iter_any(), protocol, **kwargs):  # type: ignore[arg-type]
-        yield event
+    return _aiter_events(response.content.iter_any(), protocol, **kwargs)  # type: ignore[arg-type]

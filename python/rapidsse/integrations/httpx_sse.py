@@ -67,7 +67,7 @@ Other differences (see docs/httpx-sse.md):
 from __future__ import annotations
 
 import json as _json
-from collections.abc import AsyncGenerator, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from itertools import starmap
 from typing import Any, Optional
@@ -290,19 +290,31 @@ class EventSource:
         except _errors.EventTooLarge as exc:
             raise _too_large(exc, self._response) from None
 
-    async def aiter_sse(
+    def aiter_sse(
         self, *, max_event_size: Optional[int] = DEFAULT_MAX_EVENT_SIZE
-    ) -> AsyncGenerator[ServerSentEvent, None]:
-        """Async twin of :meth:`iter_sse`; the response's byte iterator is closed when this
-        generator is (also when the loop stops early)."""
-        self._check_content_type()
+    ) -> AsyncIterator[ServerSentEvent]:
+        """Async twin of :meth:`iter_sse` (the content type is checked when iteration starts); the
+        response's byte iterator is closed when this iterator is (``aclose()``, also when the loop
+        stops early)."""
         decoder = self._decoder = SSEDecoder(max_event_size)
+        response = self._response
+
+        def feed(chunk: bytes) -> list[ServerSentEvent]:
+            # A chunk's events converted at once (no Python frame per event).
+            try:
+                return list(starmap(ServerSentEvent, map(astuple, decoder.feed(chunk))))
+            except _errors.EventTooLarge as exc:
+                raise _too_large(exc, response) from None
+
+        return adrain(feed, self._checked_body())  # type: ignore[return-value]
+
+    async def _checked_body(self) -> AsyncGenerator[bytes, None]:
+        """``response.aiter_bytes()`` once the content type is checked; closed with it."""
+        self._check_content_type()
         chunks = self._response.aiter_bytes()
         try:
-            async for event in adrain(decoder.feed, chunks):
-                yield ServerSentEvent(event.event, event.data, event.id, event.retry)
-        except _errors.EventTooLarge as exc:
-            raise _too_large(exc, self._response) from None
+            async for chunk in chunks:
+                yield chunk
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
 
