@@ -176,9 +176,13 @@ pub struct ChatAccumulator {
     completion: Option<Map<String, Value>>,
     /// Replaced top-level fields not yet built into `completion` (the fast path's).
     replaced: Replaced,
-    /// The shape of the last chunk [`add_fast`](Self::add_fast) read, and what it did.
-    template: Template,
-    actions: Vec<Action>,
+    /// The shapes of the last two chunks [`add_fast`](Self::add_fast) read that make one, what
+    /// each did and set (see [`fast::Learn`]), and the one learned or read last: the chunks of
+    /// an `n = 2` stream take turns. Two are kept only when they set the same.
+    templates: [Template; 2],
+    actions: [Vec<Action>; 2],
+    sets: [String; 2],
+    last: usize,
     choices: Vec<Map<String, Value>>,
     tally: Tally,
     cap: TextCap,
@@ -192,8 +196,10 @@ impl ChatAccumulator {
         ChatAccumulator {
             completion: None,
             replaced: Replaced::default(),
-            template: Template::default(),
-            actions: Vec::new(),
+            templates: Default::default(),
+            actions: Default::default(),
+            sets: Default::default(),
+            last: 0,
             choices: Vec::new(),
             tally: Tally::default(),
             cap: TextCap::new(limit),
@@ -206,26 +212,35 @@ impl ChatAccumulator {
             return Ok(());
         }
         if self.completion.is_some() {
-            if let Some(holes) = self.template.read(payload) {
-                self.add_templated(holes);
-                self.tally.events += 1;
-                return self.cap.check(self.tally.events - 1);
+            for slot in [self.last, 1 - self.last] {
+                if let Some(holes) = self.templates[slot].read(payload) {
+                    self.last = slot;
+                    self.add_templated(slot, holes);
+                    self.tally.events += 1;
+                    return self.cap.check(self.tally.events - 1);
+                }
             }
             if self.add_fast(payload).is_some() {
                 self.tally.events += 1;
                 return self.cap.check(self.tally.events - 1);
             }
         }
-        self.template.clear();
+        self.forget_shapes();
         self.add_general(payload)
     }
 
-    /// A chunk of the learned shape: what the learned chunk did, with this one's holes.
-    fn add_templated(&mut self, holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
+    fn forget_shapes(&mut self) {
+        for template in &mut self.templates {
+            template.clear();
+        }
+    }
+
+    /// A chunk of a learned shape: what the learned chunk did, with this one's holes.
+    fn add_templated(&mut self, slot: usize, holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
         let Some(completion) = self.completion.as_mut() else {
             return;
         };
-        for (hole, action) in holes.into_iter().flatten().zip(&self.actions) {
+        for (hole, action) in holes.into_iter().flatten().zip(&self.actions[slot]) {
             match (hole, action) {
                 (Hole::Text(text), Action::Text { choice, path, key }) => {
                     let target = self.choices[*choice]
@@ -326,12 +341,19 @@ impl ChatAccumulator {
             choices.items(|c| self.fast_choice(c, None))?;
         }
         let completion = self.completion.as_mut()?;
+        for (key, raw) in REPLACED.into_iter().zip(top) {
+            // A string stays in the shape (see `Replaced::keep_all`): set again by each chunk.
+            if let Some(raw) = raw.filter(|raw| raw.first() == b'"') {
+                noted_set(&mut learn, format_args!("top/{key}"), raw);
+            }
+        }
         self.replaced
             .keep_all(completion, REPLACED, top, &mut learn, Action::Replace);
         for (key, raw) in vendor {
             if raw.is_null() {
                 continue;
             }
+            noted_set(&mut learn, format_args!("top/{key}"), raw);
             // A vendor member of the shape replaces itself with the same value at every hit.
             let value = value_of(raw);
             match completion.get_mut(key) {
@@ -345,7 +367,19 @@ impl ChatAccumulator {
             let applied = choices.items(|c| self.fast_choice(c, Some(&mut learn)));
             debug_assert!(applied.is_some(), "checked first");
         }
-        self.template.learn_from(payload, learn, &mut self.actions);
+        // Into the slot not read last; the other stays if the two set the same.
+        let (slot, other) = (1 - self.last, self.last);
+        let sets = std::mem::take(&mut learn.sets);
+        self.templates[slot].learn_from(payload, learn, &mut self.actions[slot]);
+        if !self.templates[slot].is_learned() {
+            self.forget_shapes();
+        } else {
+            if sets != self.sets[other] {
+                self.templates[other].clear();
+            }
+            self.sets[slot] = sets;
+            self.last = slot;
+        }
         Some(())
     }
 
@@ -408,6 +442,9 @@ impl ChatAccumulator {
             fast_delta(message, delta, at, learn, warnings, cap);
         }
         if let Some(reason) = finish_reason {
+            if !reason.is_null() && reason.json() != "\"\"" {
+                noted_set(learn, format_args!("{at}/finish_reason"), reason);
+            }
             set_finish_reason(ours, value_of(reason));
         }
         if let Some(raw) = logprobs.filter(|raw| raw.first() == b'{') {
@@ -635,7 +672,9 @@ fn fast_delta<'a>(
             }
             b'"' => {
                 merge_string(message, key, value.string()?, cap, true);
-                if !REPLACED_KEYS.contains(&key) {
+                if REPLACED_KEYS.contains(&key) {
+                    noted_set(learn, format_args!("{choice}/{key}"), value);
+                } else {
                     let path = Vec::new();
                     let key = key.to_owned();
                     learn.holes.push((value, true, Action::Text { choice, path, key }));
@@ -673,8 +712,9 @@ fn fast_entry<'a>(
             acc.insert(key.to_owned(), Value::Array(Vec::new()));
         }
         Some(_) if REPLACED_KEYS.contains(&key) => {
-            // A value of the shape: replaced with itself when done again.
+            // A value of the shape: set again when done again.
             if !delta.is_null() {
+                noted_set(learn, format_args!("{choice}/{path:?}/{key}"), delta);
                 acc.insert(key.to_owned(), value_of(delta));
             }
             return;
@@ -771,6 +811,12 @@ fn fast_list<'a>(
         }
         Some(())
     });
+}
+
+/// Notes in `learn.sets` that the chunk set `what` to `value` (see [`fast::Learn`]).
+fn noted_set(learn: &mut Learn<'_>, what: std::fmt::Arguments<'_>, value: Raw<'_>) {
+    use std::fmt::Write;
+    let _ = write!(learn.sets, "{what}={};", value.json());
 }
 
 /// Whether `raw` is a list with an object that has an `index` (see [`has_indexed_entries`]).
@@ -1020,7 +1066,7 @@ mod tests {
         let mut general = ChatAccumulator::with_text_cap(cap);
         let mut templated = 0;
         for line in lines {
-            templated += usize::from(fast.template.read(line).is_some());
+            templated += usize::from(fast.templates.iter().any(|t| t.read(line).is_some()));
             assert_eq!(
                 fast.add_json(line),
                 general.add_general(line),
@@ -1160,7 +1206,7 @@ mod tests {
             acc.add_json(line).unwrap();
         }
         assert!(
-            acc.template.read(lines[2]).is_some(),
+            acc.templates.iter().any(|t| t.read(lines[2]).is_some()),
             "a run is read by the template"
         );
         let mut templated = 0;
@@ -1173,6 +1219,48 @@ mod tests {
                 let mut mutated_lines = lines.clone();
                 mutated_lines[at] = &mutated;
                 agree(&mutated_lines, Some(7));
+            }
+        }
+    }
+
+    /// An `n = 2` stream, its choices taking turns (two shapes kept), with turns that set
+    /// something (a `role`, a `finish_reason`, a `system_fingerprint`, a vendor member) the
+    /// other shape does not, and each chunk mutated.
+    #[test]
+    fn two_shapes_taking_turns_agree_with_the_general_path() {
+        let mut run = vec![
+            r#"{"id":"c","object":"chat.completion.chunk","model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":""}},{"index":1,"delta":{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":""}}]}}],"obfuscation":"x"}"#.to_owned(),
+        ];
+        for i in 0..12 {
+            let (choice, fp) = (i % 2, if i == 7 { "fp2" } else { "fp" });
+            let text = ["a", "b\\n", "\\u00e9", "d"][i % 4];
+            let extra = match i {
+                5 => r#","finish_reason":"length""#,
+                9 => r#","x":1"#,
+                _ => "",
+            };
+            run.push(format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","model":"m","system_fingerprint":"{fp}","choices":[{{"index":{choice},"delta":{{"content":"{text}"}}{extra}}}],"obfuscation":"{}"}}"#,
+                "q".repeat(i)
+            ));
+        }
+        for i in 0..8 {
+            let (choice, role) = (i % 2, if i == 4 { r#""role":"tool","# } else { "" });
+            run.push(format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","model":"m","system_fingerprint":"fp","choices":[{{"index":{choice},"delta":{{{role}"content":"{i}","tool_calls":[{{"index":0,"function":{{"arguments":"{i}"}}}}]}}}}]}}"#
+            ));
+        }
+        let lines: Vec<&[u8]> = run.iter().map(|l| l.as_bytes()).collect();
+        let mut templated = 0;
+        for cap in [None, Some(5)] {
+            templated += agree(&lines, cap);
+        }
+        assert!(templated >= 8, "{templated} chunks read by a template");
+        for at in 1..lines.len() {
+            for mutated in mutations(lines[at]).into_iter().step_by(3) {
+                let mut mutated_lines = lines.clone();
+                mutated_lines[at] = &mutated;
+                agree(&mutated_lines, Some(5));
             }
         }
     }

@@ -1293,11 +1293,14 @@ pub(crate) enum Hole<'a> {
 /// false when the chunk did something that done again would not give the same (a part
 /// appended, logprobs lists extended): then it is no shape. `skips`: strings the accumulator
 /// does not read at all (an `obfuscation` padding, an `id` that changes at every chunk),
-/// holes that are validated and not given out.
+/// holes that are validated and not given out. `sets`: what the chunk set whatever the state
+/// it found (a `finish_reason`, a `role`), written out; a chunk of the shape sets it again, so
+/// a tap that keeps several shapes keeps them together only when they set the same.
 pub(crate) struct Learn<'a, A> {
     pub ok: bool,
     pub holes: Vec<(Raw<'a>, bool, A)>,
     pub skips: Vec<Raw<'a>>,
+    pub sets: String,
 }
 
 impl<A> Learn<'_, A> {
@@ -1306,6 +1309,7 @@ impl<A> Learn<'_, A> {
             ok: true,
             holes: Vec::new(),
             skips: Vec::new(),
+            sets: String::new(),
         }
     }
 }
@@ -1359,6 +1363,11 @@ const MAX_NUMBERS: usize = 24;
 const MAX_SKIPS: usize = 8;
 
 impl Template {
+    /// Whether a shape is learned (else every payload misses).
+    pub(crate) fn is_learned(&self) -> bool {
+        !self.learned.is_empty()
+    }
+
     pub(crate) fn clear(&mut self) {
         self.learned.clear();
         self.holes.clear();
@@ -1461,6 +1470,7 @@ impl Template {
             ok,
             mut holes,
             skips,
+            ..
         } = learn;
         actions.clear();
         holes.sort_by_key(|(raw, _, _)| raw.0.as_ptr() as usize);
