@@ -913,13 +913,13 @@ def chat_tool_stream(n_text: int = 2000, n_args: int = 120) -> tuple[bytes, int]
 
 def chat_mixed_stream(n_text: int = 2000, n_args: int = 120) -> tuple[bytes, int]:
     """An ``n=2`` Chat stream, and its chunk count: each choice's role chunk, ``n_text`` content
-    deltas taking turns between the two choices, then two parallel tool calls per choice
-    (``n_args`` argument deltas in all, the calls taking turns), each choice's finish chunk, a
-    usage chunk and ``[DONE]``; every chunk padded with ``obfuscation``."""
+    deltas taking turns between the two choices, then two parallel tool calls per choice, one
+    after the other (``n_args`` argument deltas in all), the choices taking turns, each choice's
+    finish chunk, a usage chunk and ``[DONE]``; every chunk padded with ``obfuscation``."""
     choices = [_chat_choice(c, {"role": "assistant", "content": "", "refusal": None}) for c in (0, 1)]
     choices += [_chat_choice(i % 2, {"content": _delta(i)}) for i in range(n_text)]
-    calls = [_tool_call_chunks(c, call, name, max(1, n_args // 4))
-             for c in (0, 1) for call, name in enumerate(("get_weather", "get_time"))]  # fmt: skip
+    calls = [[chunk for call, name in enumerate(("get_weather", "get_time"))
+              for chunk in _tool_call_chunks(c, call, name, max(1, n_args // 4))] for c in (0, 1)]  # fmt: skip
     for turn in itertools.zip_longest(*calls):
         choices += [c for c in turn if c is not None]
     choices += [_chat_choice(c, {}, "tool_calls") for c in (0, 1)]

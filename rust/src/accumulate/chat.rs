@@ -183,6 +183,8 @@ pub struct ChatAccumulator {
     actions: [Vec<Action>; 2],
     sets: [String; 2],
     last: usize,
+    /// Whether the last two chunks read by shapes were read by different ones.
+    turns: bool,
     choices: Vec<Map<String, Value>>,
     tally: Tally,
     cap: TextCap,
@@ -200,6 +202,7 @@ impl ChatAccumulator {
             actions: Default::default(),
             sets: Default::default(),
             last: 0,
+            turns: false,
             choices: Vec::new(),
             tally: Tally::default(),
             cap: TextCap::new(limit),
@@ -212,8 +215,11 @@ impl ChatAccumulator {
             return Ok(());
         }
         if self.completion.is_some() {
-            for slot in [self.last, 1 - self.last] {
+            // Shapes taking turns: the other one first.
+            let first = self.last ^ usize::from(self.turns);
+            for slot in [first, 1 - first] {
                 if let Some(holes) = self.templates[slot].read(payload) {
+                    self.turns = slot != self.last;
                     self.last = slot;
                     self.add_templated(slot, holes);
                     self.tally.events += 1;
