@@ -951,10 +951,14 @@ def _sdk_final_completion(chunks: list[bytes]) -> int:
     return n
 
 
+def _litellm_offline() -> None:
+    # LiteLLM's import would fetch a model price list over the network; it ships a copy.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
 @functools.lru_cache(maxsize=None)
 def _litellm() -> Any:
-    # Its import would fetch a model price list over the network; it ships a copy.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    _litellm_offline()
     litellm = importlib.import_module("litellm")
     litellm.suppress_debug_info = True  # else it prints a provider list for every unknown model
     return litellm
@@ -972,6 +976,7 @@ def _litellm_built(payloads: list[bytes]) -> int:
 
 def _chat_accumulate_contenders(over_corpus: bool) -> list[Contender]:
     """The final-ChatCompletion groups' contenders (over every chat recording when ``over_corpus``)."""
+    _litellm_offline()
     def each(run: Callable[[list[bytes]], int]) -> Callable[[Any], int]:
         if not over_corpus:
             return run
