@@ -1393,7 +1393,10 @@ impl Template {
         for &(raw, kind) in spans {
             let start = (raw.0.as_ptr() as usize).checked_sub(base)?;
             let end = start + raw.0.len();
-            if start < last || end > payload.len() || (kind != HoleKind::Number && raw.first() != b'"') {
+            if start < last
+                || end > payload.len()
+                || (kind != HoleKind::Number && raw.first() != b'"')
+            {
                 return None;
             }
             last = end;
@@ -1474,7 +1477,13 @@ impl Template {
         } = learn;
         actions.clear();
         holes.sort_by_key(|(raw, _, _)| raw.0.as_ptr() as usize);
-        let kind = |text: bool| if text { HoleKind::Text } else { HoleKind::Number };
+        let kind = |text: bool| {
+            if text {
+                HoleKind::Text
+            } else {
+                HoleKind::Number
+            }
+        };
         let mut spans: Vec<(Raw<'_>, HoleKind)> = holes.iter().map(|h| (h.0, kind(h.1))).collect();
         spans.extend(skips.into_iter().map(|raw| (raw, HoleKind::Skip)));
         spans.sort_by_key(|(raw, _)| raw.0.as_ptr() as usize);

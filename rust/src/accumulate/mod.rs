@@ -941,6 +941,18 @@ pub(crate) fn fast_top_with<'a, const N: usize>(
     Some((top, items.filter(|i| !i.is_null())))
 }
 
+/// For the tests' random edits: a deterministic xorshift (failures reproduce).
+#[cfg(test)]
+pub(crate) fn xorshift() -> impl FnMut() -> u64 {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 /// Variants of `payload` for the differential tests of the fast paths: each byte replaced by
 /// bytes that change JSON's meaning (quotes, escapes, brackets, numbers, literals), bytes cut,
 /// and spans repeated (duplicated keys and values).
