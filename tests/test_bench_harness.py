@@ -4,6 +4,7 @@ Timing itself is exercised only briefly; the benchmarks live in ``benches/``."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -182,3 +183,34 @@ def test_anthropic_stream_decodes_into_the_expected_events():
     assert len(message.content[3].citations) == 1 and acc.warnings == []
     sizes = [len(e.data) for e in rapidsse.SSEDecoder().feed(data) if e.event == "content_block_delta"]
     assert 90 <= sorted(sizes)[len(sizes) // 2] <= 160
+
+
+def test_chat_tool_and_mixed_streams_decode_into_the_expected_chunks():
+    data, n = bench.chat_tool_stream(n_text=20, n_args=12)
+    chunks = list(rapidsse.iter_events([data], protocol="chat"))
+    assert len(chunks) == n == 20 + 12 + 4 and data.endswith(b"data: [DONE]\n\n")
+    assert all(b'"obfuscation"' in e for e in data.split(b"\n\n")[:-3])
+    acc = rapidsse.ChatAccumulator()
+    acc.feed(data)
+    (choice,) = acc.completion.choices
+    assert choice.finish_reason == "tool_calls" and len(choice.message.content) > 20
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)
+    assert acc.completion.usage.completion_tokens == 32
+    data, n = bench.chat_mixed_stream(n_text=20, n_args=12)
+    acc = rapidsse.ChatAccumulator()
+    acc.feed(data)
+    assert acc.events == n and [c.index for c in acc.completion.choices] == [0, 1]
+    for choice in acc.completion.choices:
+        assert [t.function.name for t in choice.message.tool_calls] == ["get_weather", "get_time"]
+        assert all(json.loads(t.function.arguments) for t in choice.message.tool_calls)
+
+
+@pytest.mark.parametrize("group", [bench.CHAT_ACCUMULATE, bench.CHAT_ACCUMULATE_MIXED])
+def test_final_chat_completion_contenders_count_every_chunk(group):
+    load = bench.workload(group, 150)
+    contenders = _available(group)
+    assert any(c.name.startswith("openai SDK") for c in contenders)
+    for contender in contenders:
+        inputs = contender.prepare(load.inputs) if contender.prepare else load.inputs
+        assert contender.run(inputs) == load.n_events, contender.name

@@ -43,7 +43,9 @@ __all__ = [
     "Recording",
     "Workload",
     "anthropic_stream",
+    "chat_mixed_stream",
     "chat_stream",
+    "chat_tool_stream",
     "completions_stream",
     "gemini_stream",
     "chunked",
@@ -84,9 +86,12 @@ COMPLETIONS_ACCUMULATE = "final Completion (512-byte chunks)"
 ANTHROPIC = "Anthropic Messages (512-byte chunks)"
 ASYNC_RESPONSES = "async vs sync: typed Responses, async generator vs list of the same chunks (512-byte chunks)"
 ASYNC_CHAT = "async vs sync: typed Chat, async generator vs list of the same chunks (512-byte chunks)"
+CHAT_ACCUMULATE = "final ChatCompletion: text deltas, then a tool call (512-byte chunks)"
+CHAT_ACCUMULATE_MIXED = "final ChatCompletion: n=2, text and parallel tool calls (512-byte chunks)"
+CHAT_ACCUMULATE_CORPUS = "final ChatCompletion: the corpus's chat recordings (512-byte chunks)"
 GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC,
           HTTPX_SSE_CORPUS, TYPED_GEMINI, GEMINI_ACCUMULATE, TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE, ANTHROPIC,
-          ASYNC_RESPONSES, ASYNC_CHAT)
+          CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED, CHAT_ACCUMULATE_CORPUS, ASYNC_RESPONSES, ASYNC_CHAT)
 """Every group, in the order :func:`run_all` reports them."""
 
 # ---------------------------------------------------------------------------------------------------
@@ -911,11 +916,175 @@ def contenders(group: str) -> list[Contender]:
         return _anthropic_contenders()
     if group in (ASYNC_RESPONSES, ASYNC_CHAT):
         return _async_contenders("responses" if group == ASYNC_RESPONSES else "chat")
+    if group in (CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED, CHAT_ACCUMULATE_CORPUS):
+        return _chat_accumulate_contenders(over_corpus=group == CHAT_ACCUMULATE_CORPUS)
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 
 def _tap_python(chunks: list[bytes]) -> int:
     return _tap_into_python("ResponseAccumulator", "response", chunks)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Chat Completions, accumulated
+
+_CHAT_TOOL_ARGS = '{"location": "Paris, France", "unit": "celsius", "days": 3, "details": ["wind", "rain"]}'
+
+
+def _chat_chunk(choices: list[Any], **extra: Any) -> bytes:
+    """One ``chat.completion.chunk`` as OpenAI sends it with ``include_usage`` (``usage: null``)."""
+    return _sse(None, {
+        "id": _CHAT_ID, "object": "chat.completion.chunk", "created": 1756315696, "model": "gpt-4o-2024-08-06",
+        "service_tier": "default", "system_fingerprint": "fp_80956533cb", "usage": None, "choices": choices, **extra,
+    })  # fmt: skip
+
+
+def _chat_choice(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+
+def _chat_usage(completion_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": 91, "completion_tokens": completion_tokens, "total_tokens": 91 + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                      "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+    }  # fmt: skip
+
+
+def _args_pieces(n: int) -> list[str]:
+    """:data:`_CHAT_TOOL_ARGS` (repeated to be long enough) cut into ``n`` pieces, as a model
+    streams a tool call's arguments: a few characters each."""
+    text = _CHAT_TOOL_ARGS
+    while len(text) < 3 * n:
+        text = text[:-1] + ', "more": ' + _CHAT_TOOL_ARGS + "}"
+    step = len(text) / n
+    return [text[round(i * step):round((i + 1) * step)] for i in range(n)]
+
+
+def _tool_call_chunks(choice: int, call: int, name: str, n_args: int) -> list[dict[str, Any]]:
+    """The choices of one tool call's chunks: its start (id, name, empty arguments), then
+    ``n_args`` argument deltas."""
+    start = {"index": call, "id": f"call_{choice}{call}Qn7XhYdPzBVbcs2wRk", "type": "function",
+             "function": {"name": name, "arguments": ""}}  # fmt: skip
+    out = [_chat_choice(choice, {"tool_calls": [start]})]
+    for piece in _args_pieces(n_args):
+        out.append(_chat_choice(choice, {"tool_calls": [{"index": call, "function": {"arguments": piece}}]}))
+    return out
+
+
+def chat_tool_stream(n_text: int = 2000, n_args: int = 120) -> tuple[bytes, int]:
+    """OpenAI's Chat stream of a text answer that ends in a tool call, and its chunk count: a role
+    chunk, ``n_text`` content deltas, the tool call's start and ``n_args`` argument deltas, a
+    ``finish_reason: "tool_calls"`` chunk, a usage chunk and ``[DONE]``; every chunk but the usage
+    chunk padded with OpenAI's per-chunk ``obfuscation`` field."""
+    choices = [_chat_choice(0, {"role": "assistant", "content": "", "refusal": None})]
+    choices += [_chat_choice(0, {"content": _delta(i)}) for i in range(n_text)]
+    choices += _tool_call_chunks(0, 0, "get_weather", n_args)
+    choices.append(_chat_choice(0, {}, "tool_calls"))
+    out = [_chat_chunk([c], obfuscation=_obfuscation(i, str(c["delta"])[-12:])) for i, c in enumerate(choices)]
+    out.append(_chat_chunk([], usage=_chat_usage(n_text + n_args)))
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out), len(choices) + 1
+
+
+def chat_mixed_stream(n_text: int = 2000, n_args: int = 120) -> tuple[bytes, int]:
+    """An ``n=2`` Chat stream, and its chunk count: each choice's role chunk, ``n_text`` content
+    deltas taking turns between the two choices, then two parallel tool calls per choice, one
+    after the other (``n_args`` argument deltas in all), the choices taking turns, each choice's
+    finish chunk, a usage chunk and ``[DONE]``; every chunk padded with ``obfuscation``."""
+    choices = [_chat_choice(c, {"role": "assistant", "content": "", "refusal": None}) for c in (0, 1)]
+    choices += [_chat_choice(i % 2, {"content": _delta(i)}) for i in range(n_text)]
+    calls = [[chunk for call, name in enumerate(("get_weather", "get_time"))
+              for chunk in _tool_call_chunks(c, call, name, max(1, n_args // 4))] for c in (0, 1)]  # fmt: skip
+    for turn in itertools.zip_longest(*calls):
+        choices += [c for c in turn if c is not None]
+    choices += [_chat_choice(c, {}, "tool_calls") for c in (0, 1)]
+    out = [_chat_chunk([c], obfuscation=_obfuscation(i, str(c["delta"])[-12:])) for i, c in enumerate(choices)]
+    out.append(_chat_chunk([], usage=_chat_usage(n_text + n_args), obfuscation="k0"))
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out), len(choices) + 1
+
+
+def _sdk_final_completion(chunks: list[bytes]) -> int:
+    """The openai SDK's accumulating Chat stream: ``client.chat.completions.stream(...)``, iterated
+    to the end (its chunk events counted), then ``get_final_completion()``."""
+    import openai
+
+    client, server = _openai_client()
+    server.chunks = chunks
+    n = 0
+    messages = [{"role": "user", "content": "Hi"}]
+    with client.chat.completions.stream(model="gpt-4o", messages=messages) as stream:
+        try:
+            for event in stream:
+                n += event.type == "chunk"
+        except openai.APIError:  # an `error` chunk: raised, and the stream ends (corpus recordings)
+            return n + 1
+        try:
+            assert stream.get_final_completion().choices
+        except (openai.LengthFinishReasonError, openai.ContentFilterFinishReasonError):
+            pass  # raised from the accumulated completion, whose work is done
+    return n
+
+
+def _litellm_offline() -> None:
+    # LiteLLM's import would fetch a model price list over the network; it ships a copy.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@functools.lru_cache(maxsize=None)
+def _litellm() -> Any:
+    _litellm_offline()
+    litellm = importlib.import_module("litellm")
+    litellm.suppress_debug_info = True  # else it prints a provider list for every unknown model
+    return litellm
+
+
+def _litellm_built(payloads: list[bytes]) -> int:
+    """What a LiteLLM gateway does to have the final response: each chunk's JSON parsed (LiteLLM
+    parses with the standard library), then ``litellm.stream_chunk_builder`` over the chunks."""
+    import json
+
+    chunks = [json.loads(p) for p in payloads]
+    assert _litellm().stream_chunk_builder(chunks).choices
+    return len(chunks)
+
+
+def _chat_accumulate_contenders(over_corpus: bool) -> list[Contender]:
+    """The final-ChatCompletion groups' contenders (over every chat recording when ``over_corpus``)."""
+    _litellm_offline()
+    def each(run: Callable[[list[bytes]], int]) -> Callable[[Any], int]:
+        if not over_corpus:
+            return run
+        return functools.partial(_sse_over_corpus, run)
+
+    def split(inputs: Any) -> Any:
+        return [_split_payloads(chunks) for _, chunks in inputs] if over_corpus else _split_payloads(inputs)
+
+    def floor(payloads: Any) -> int:
+        if not over_corpus:
+            return _msgspec_floor(chat.ChatCompletionChunk, payloads)
+        return sum(_msgspec_floor(chat.ChatCompletionChunk, p) for p in payloads)
+
+    def litellm(payloads: Any) -> int:
+        return sum(map(_litellm_built, payloads)) if over_corpus else _litellm_built(payloads)
+
+    rows = [
+        Contender("rapidsse rust, tap (feed bytes) + .completion",
+                  each(functools.partial(_tap_into, "ChatAccumulator", "completion")), _RUST),
+        Contender("rapidsse rust, typed iter_events(protocol=\"chat\") counted",
+                  each(functools.partial(_typed_rust, "chat")), _RUST),
+        Contender("rapidsse rust, for event in iter_events(): add(event), + .completion",
+                  each(functools.partial(_typed_added, "chat", "ChatAccumulator", "completion")), _RUST),
+        Contender("msgspec floor: each payload decoded as ChatCompletionChunk", floor, prepare=split),
+        Contender("rapidsse python, tap",
+                  each(functools.partial(_tap_into_python, "ChatAccumulator", "completion"))),
+        Contender("openai SDK chat.completions.stream + get_final_completion", each(_sdk_final_completion), _SDK),
+    ]
+    rows.append(Contender("LiteLLM stream_chunk_builder (payloads parsed by json.loads)", litellm,
+                          ("litellm",), prepare=split))
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1108,6 +1277,14 @@ def workload(group: str, n_events: int = 3000) -> Workload:
     if group == ANTHROPIC:
         data = anthropic_stream(n_events * 1700 // 3000)
         return Workload(chunked(data, CHUNK_SIZE), n_events * 1700 // 3000, len(data))
+    if group in (CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED):
+        make = chat_tool_stream if group == CHAT_ACCUMULATE else chat_mixed_stream
+        data, n = make(n_text=n_events * 2000 // 3000, n_args=n_events * 120 // 3000)
+        return Workload(chunked(data, CHUNK_SIZE), n, len(data))
+    if group == CHAT_ACCUMULATE_CORPUS:
+        recordings = [r for r in corpus_recordings() if r.protocol == "chat"]
+        inputs = [("chat", chunked(r.data, CHUNK_SIZE)) for r in recordings]
+        return Workload(inputs, sum(map(_typed_event_count, recordings)), sum(len(r.data) for r in recordings))
     if group == CORPUS:
         recordings = corpus_recordings()
         inputs = [(r.protocol, chunked(r.data, CHUNK_SIZE)) for r in recordings]

@@ -54,10 +54,14 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
+use super::fast::{self, Hole, Raw, Template};
 use super::{
-    is_done_marker, json, openai_top_level, replace_fields, AccumulateError, ChunkHead, RawEntries,
-    Str, Tally, TextCap,
+    fast_top_with, is_done_marker, json, openai_top_level, position_by_index, replace_fields,
+    AccumulateError, ChunkHead, RawEntries, Replaced, Str, Tally, TextCap,
 };
+
+/// The top-level fields later chunks replace when not null, before the vendor members.
+const REPLACED: [&str; 3] = ["usage", "system_fingerprint", "moderation"];
 
 /// The chunk fields read on every chunk (the first chunk is also parsed whole), and the
 /// members the chunk schema does not know (vendor members such as Groq's `x_groq`), unparsed,
@@ -141,11 +145,46 @@ impl<'de: 'a, 'a> Deserialize<'de> for Chunk<'a> {
 /// Keys whose delta value replaces the accumulated one instead of being merged into it.
 const REPLACED_KEYS: [&str; 4] = ["index", "type", "role", "id"];
 
+/// One step from a choice's `message` down to an object a delta merges into: a member, or a
+/// list entry (`tool_calls`, then the call at position 2, then its `function`, say).
+#[derive(Clone, Debug)]
+enum Step {
+    Key(String),
+    Pos(usize),
+}
+
+/// What a learned chunk did with one hole of its [`Template`].
+#[derive(Debug)]
+enum Action {
+    /// Merged a string (appended it) at `key` of the object at `path` under the `message` of
+    /// the choice at position `choice` (see [`merge_string`]).
+    Text {
+        choice: usize,
+        path: Vec<Step>,
+        key: String,
+    },
+    /// Replaced a top-level field.
+    Replace(&'static str),
+}
+
+type Learn<'a> = fast::Learn<'a, Action>;
+
 /// Builds a `ChatCompletion` from its stream chunks. See the module docs.
 #[derive(Debug)]
 pub struct ChatAccumulator {
     /// The top level from the first chunk; its `choices` value is a placeholder.
     completion: Option<Map<String, Value>>,
+    /// Replaced top-level fields not yet built into `completion` (the fast path's).
+    replaced: Replaced,
+    /// The shapes of the last two chunks [`add_fast`](Self::add_fast) read that make one, what
+    /// each did and set (see [`fast::Learn`]), and the one learned or read last: the chunks of
+    /// an `n = 2` stream take turns. Two are kept only when they set the same.
+    templates: [Template; 2],
+    actions: [Vec<Action>; 2],
+    sets: [String; 2],
+    last: usize,
+    /// Whether the last two chunks read by shapes were read by different ones.
+    turns: bool,
     choices: Vec<Map<String, Value>>,
     tally: Tally,
     cap: TextCap,
@@ -158,6 +197,12 @@ impl ChatAccumulator {
     pub fn with_text_cap(limit: Option<usize>) -> Self {
         ChatAccumulator {
             completion: None,
+            replaced: Replaced::default(),
+            templates: Default::default(),
+            actions: Default::default(),
+            sets: Default::default(),
+            last: 0,
+            turns: false,
             choices: Vec::new(),
             tally: Tally::default(),
             cap: TextCap::new(limit),
@@ -168,6 +213,67 @@ impl ChatAccumulator {
     pub fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
         if is_done_marker(payload) {
             return Ok(());
+        }
+        if self.completion.is_some() {
+            // Shapes taking turns: the other one first.
+            let first = self.last ^ usize::from(self.turns);
+            for slot in [first, 1 - first] {
+                if let Some(holes) = self.templates[slot].read(payload) {
+                    self.turns = slot != self.last;
+                    self.last = slot;
+                    self.add_templated(slot, holes);
+                    self.tally.events += 1;
+                    return self.cap.check(self.tally.events - 1);
+                }
+            }
+            if self.add_fast(payload).is_some() {
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
+            }
+        }
+        self.forget_shapes();
+        self.add_general(payload)
+    }
+
+    fn forget_shapes(&mut self) {
+        for template in &mut self.templates {
+            template.clear();
+        }
+    }
+
+    /// A chunk of a learned shape: what the learned chunk did, with this one's holes.
+    fn add_templated(&mut self, slot: usize, holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
+        let Some(completion) = self.completion.as_mut() else {
+            return;
+        };
+        for (hole, action) in holes.into_iter().flatten().zip(&self.actions[slot]) {
+            match (hole, action) {
+                (Hole::Text(text), Action::Text { choice, path, key }) => {
+                    let target = self.choices[*choice]
+                        .get_mut("message")
+                        .and_then(|message| walk(message, path));
+                    match target {
+                        Some(map) => merge_string(map, key, text, &mut self.cap, path.is_empty()),
+                        // Never: a learned chunk's path is there (nothing is removed).
+                        None => debug_assert!(false, "no object at {path:?}"),
+                    }
+                }
+                (Hole::Value(raw), Action::Replace(key)) => {
+                    self.replaced.keep(completion, key, raw)
+                }
+                // Never: the holes are read in the order they were learned with their actions.
+                _ => debug_assert!(false, "a hole of another kind"),
+            }
+        }
+    }
+
+    /// [`add_json`](Self::add_json) without the fast path (its reference, in the tests).
+    fn add_general(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
+        if is_done_marker(payload) {
+            return Ok(());
+        }
+        if let Some(completion) = &mut self.completion {
+            self.replaced.flush(completion);
         }
         let Some(chunk) =
             self.tally
@@ -185,19 +291,174 @@ impl ChatAccumulator {
                 ))
             }
             Some(completion) => {
-                let known = [
-                    ("usage", chunk.usage),
-                    ("system_fingerprint", chunk.system_fingerprint),
-                    ("moderation", chunk.moderation),
-                ];
+                let known = REPLACED.into_iter().zip([
+                    chunk.usage,
+                    chunk.system_fingerprint,
+                    chunk.moderation,
+                ]);
                 let vendor = chunk.vendor.iter().map(|(key, raw)| (&**key, Some(*raw)));
-                replace_fields(completion, known.into_iter().chain(vendor));
+                replace_fields(completion, known.chain(vendor));
             }
         }
         for choice in chunk.choices.unwrap_or_default() {
             self.add_choice(choice);
         }
         self.cap.check(self.tally.events - 1)
+    }
+
+    /// A later chunk the usual way round (see `docs/internals.md`): read with the tap's reader,
+    /// each delta merged from its JSON without building it (strings appended, tool calls
+    /// merged by index), `usage`, `system_fingerprint` and `moderation` kept as JSON (see
+    /// [`Replaced`]), the vendor members, `finish_reason`, `logprobs` and a new choice's
+    /// fields built. `None` (nothing changed) for anything else: an error chunk, another
+    /// `object`, a malformed chunk, a `choices` that is not an array of objects, an `index`
+    /// that is not a plain integer, a choice field twice, a delta value serde might read
+    /// otherwise (an object with a key twice, say), or whatever the reader leaves to serde. The
+    /// chunk is read twice: once checking every read that can fail, then applied (the same
+    /// reads, which then succeed).
+    fn add_fast(&mut self, payload: &[u8]) -> Option<()> {
+        let mut learn = Learn::new();
+        let mut vendor: Vec<(&str, Raw<'_>)> = Vec::new();
+        let (top, choices) = fast_top_with(
+            payload,
+            &REPLACED,
+            "choices",
+            Some("chat.completion.chunk"),
+            |key, value| {
+                if SCHEMA_KEYS.contains(&key) {
+                    // Not read: any string there (an `obfuscation`, Groq's `id` per chunk) is
+                    // the same to the result.
+                    if value.first() == b'"' {
+                        learn.skips.push(value);
+                    }
+                } else {
+                    if !value.is_null() && !value.buildable() {
+                        return None;
+                    }
+                    vendor.push((key, value));
+                }
+                Some(())
+            },
+        )?;
+        if let Some(choices) = choices {
+            if choices.first() != b'[' {
+                return None;
+            }
+            choices.items(|c| self.fast_choice(c, None))?;
+        }
+        let completion = self.completion.as_mut()?;
+        for (key, raw) in REPLACED.into_iter().zip(top) {
+            // A string stays in the shape (see `Replaced::keep_all`): set again by each chunk.
+            if let Some(raw) = raw.filter(|raw| raw.first() == b'"') {
+                noted_set(&mut learn, format_args!("top/{key}"), raw);
+            }
+        }
+        self.replaced
+            .keep_all(completion, REPLACED, top, &mut learn, Action::Replace);
+        for (key, raw) in vendor {
+            if raw.is_null() {
+                continue;
+            }
+            noted_set(&mut learn, format_args!("top/{key}"), raw);
+            // A vendor member of the shape replaces itself with the same value at every hit.
+            let value = value_of(raw);
+            match completion.get_mut(key) {
+                Some(slot) => *slot = value,
+                None => {
+                    completion.insert(key.to_owned(), value);
+                }
+            }
+        }
+        if let Some(choices) = choices {
+            let applied = choices.items(|c| self.fast_choice(c, Some(&mut learn)));
+            debug_assert!(applied.is_some(), "checked first");
+        }
+        // Into the slot not read last; the other stays if the two set the same.
+        let (slot, other) = (1 - self.last, self.last);
+        let sets = std::mem::take(&mut learn.sets);
+        self.templates[slot].learn_from(payload, learn, &mut self.actions[slot]);
+        if !self.templates[slot].is_learned() {
+            self.forget_shapes();
+        } else {
+            if sets != self.sets[other] {
+                self.templates[other].clear();
+            }
+            self.sets[slot] = sets;
+            self.last = slot;
+        }
+        Some(())
+    }
+
+    /// One choice of [`add_fast`](Self::add_fast): checked (`learn` None: nothing changes) or
+    /// applied as [`add_choice`](Self::add_choice) applies it (what it did noted in `learn`).
+    fn fast_choice<'a>(&mut self, choice: Raw<'a>, learn: Option<&mut Learn<'a>>) -> Option<()> {
+        let mut keys: [&str; 8] = [""; 8];
+        let mut n = 0;
+        let (mut index, mut delta, mut finish_reason, mut logprobs) = (None, None, None, None);
+        let check = learn.is_none();
+        choice.entries(|key, value| {
+            // A repeated key: the general path takes the last value, at the first one's place.
+            if keys[..n].contains(&key) || n == keys.len() {
+                return None;
+            }
+            keys[n] = key;
+            n += 1;
+            match key {
+                "index" => index = Some(value.unsigned()?),
+                "delta" => {
+                    if check {
+                        check_delta(value)?;
+                    }
+                    delta = Some(value);
+                }
+                _ => {
+                    if check && !value.buildable() {
+                        return None;
+                    }
+                    match key {
+                        "finish_reason" => finish_reason = Some(value),
+                        "logprobs" => logprobs = Some(value),
+                        _ => {}
+                    }
+                }
+            }
+            Some(())
+        })?;
+        let Some(learn) = learn else {
+            return Some(());
+        };
+        let index = index.unwrap_or(0);
+        let (warnings, cap) = (&mut self.tally.warnings, &mut self.cap);
+        let Some(at) = position_by_index(&self.choices, index) else {
+            learn.ok = false;
+            let mut fields = Vec::new();
+            choice.entries(|key, value| {
+                fields.push((key.to_owned(), value_of(value)));
+                Some(())
+            });
+            let mut fresh = fresh_choice(index, fields);
+            if let (Some(delta), Some(Value::Object(message))) = (delta, fresh.get_mut("message")) {
+                fast_delta(message, delta, self.choices.len(), learn, warnings, cap);
+            }
+            self.choices.push(fresh);
+            return Some(());
+        };
+        let ours = &mut self.choices[at];
+        if let (Some(delta), Some(Value::Object(message))) = (delta, ours.get_mut("message")) {
+            fast_delta(message, delta, at, learn, warnings, cap);
+        }
+        if let Some(reason) = finish_reason {
+            if !reason.is_null() && reason.json() != "\"\"" {
+                noted_set(learn, format_args!("{at}/finish_reason"), reason);
+            }
+            set_finish_reason(ours, value_of(reason));
+        }
+        if let Some(raw) = logprobs.filter(|raw| raw.first() == b'{') {
+            // Its lists are appended: not the same when done again.
+            learn.ok = false;
+            merge_logprobs(ours, value_of(raw));
+        }
+        Some(())
     }
 
     fn add_choice(&mut self, entries: RawEntries<'_>) {
@@ -214,35 +475,16 @@ impl ChatAccumulator {
                 _ => {}
             }
         }
-        let known = match self.choices.get(index as usize) {
-            Some(c) if c.get("index").and_then(Value::as_u64) == Some(index) => {
-                Some(index as usize)
+        let Some(position) = position_by_index(&self.choices, index) else {
+            let fields = entries.0.iter().filter_map(|(key, raw)| {
+                let value = serde_json::from_str::<Value>(raw.get()).ok()?;
+                Some((key.clone().into_owned(), value))
+            });
+            let mut choice = fresh_choice(index, fields);
+            if let (Some(delta), Some(Value::Object(message))) = (delta, choice.get_mut("message"))
+            {
+                merge_delta(message, delta, &mut self.tally.warnings, &mut self.cap);
             }
-            _ => self
-                .choices
-                .iter()
-                .position(|c| c.get("index").and_then(Value::as_u64) == Some(index)),
-        };
-        let Some(position) = known else {
-            let mut choice = Map::new();
-            choice.insert("index".to_owned(), Value::from(index));
-            choice.insert("finish_reason".to_owned(), Value::Null);
-            choice.insert("logprobs".to_owned(), Value::Null);
-            for (key, raw) in &entries.0 {
-                if key != "delta" && key != "index" {
-                    if let Ok(value) = serde_json::from_str::<Value>(raw.get()) {
-                        choice.insert(key.clone().into_owned(), value);
-                    }
-                }
-            }
-            let mut message = Map::new();
-            message.insert("role".to_owned(), Value::String("assistant".to_owned()));
-            message.insert("content".to_owned(), Value::Null);
-            message.insert("refusal".to_owned(), Value::Null);
-            if let Some(delta) = delta {
-                merge_delta(&mut message, delta, &mut self.tally.warnings, &mut self.cap);
-            }
-            choice.insert("message".to_owned(), Value::Object(message));
             self.choices.push(choice);
             return;
         };
@@ -252,38 +494,11 @@ impl ChatAccumulator {
                 merge_delta(message, delta, &mut self.tally.warnings, &mut self.cap);
             }
         }
-        if let Some(reason) = finish_reason.filter(|r| !r.is_null() && r.as_str() != Some("")) {
-            choice.insert("finish_reason".to_owned(), reason);
+        if let Some(reason) = finish_reason {
+            set_finish_reason(choice, reason);
         }
-        if let Some(Value::Object(mut chunk_logprobs)) = logprobs {
-            match choice.get_mut("logprobs") {
-                Some(Value::Object(ours)) => {
-                    for key in ["content", "refusal"] {
-                        let Some(Value::Array(new)) = chunk_logprobs.remove(key) else {
-                            continue;
-                        };
-                        if new.is_empty() {
-                            continue;
-                        }
-                        match ours.get_mut(key) {
-                            Some(Value::Array(list)) => list.extend(new),
-                            _ => {
-                                ours.insert(key.to_owned(), Value::Array(new));
-                            }
-                        }
-                    }
-                }
-                _ => {
-                    let mut taken = Map::new();
-                    for key in ["content", "refusal"] {
-                        taken.insert(
-                            key.to_owned(),
-                            chunk_logprobs.remove(key).unwrap_or(Value::Null),
-                        );
-                    }
-                    choice.insert("logprobs".to_owned(), Value::Object(taken));
-                }
-            }
+        if let Some(chunk_logprobs) = logprobs {
+            merge_logprobs(choice, chunk_logprobs);
         }
     }
 
@@ -295,7 +510,7 @@ impl ChatAccumulator {
             if key == "choices" {
                 json::write_objects(out, &self.choices);
             } else {
-                json::write_value(out, value);
+                self.replaced.write(out, key, value);
             }
         });
         Some(out)
@@ -311,6 +526,327 @@ impl ChatAccumulator {
     }
 }
 
+/// The choice seen for the first time (see the module docs): `{index, finish_reason: null,
+/// logprobs: null, ...its fields but delta and index, message}`, its message without the delta.
+fn fresh_choice(
+    index: u64,
+    fields: impl IntoIterator<Item = (String, Value)>,
+) -> Map<String, Value> {
+    let mut choice = Map::new();
+    choice.insert("index".to_owned(), Value::from(index));
+    choice.insert("finish_reason".to_owned(), Value::Null);
+    choice.insert("logprobs".to_owned(), Value::Null);
+    for (key, value) in fields {
+        if key != "delta" && key != "index" {
+            choice.insert(key, value);
+        }
+    }
+    let mut message = Map::new();
+    message.insert("role".to_owned(), Value::String("assistant".to_owned()));
+    message.insert("content".to_owned(), Value::Null);
+    message.insert("refusal".to_owned(), Value::Null);
+    choice.insert("message".to_owned(), Value::Object(message));
+    choice
+}
+
+/// A known choice's `finish_reason`: replaces the choice's unless null or empty.
+fn set_finish_reason(choice: &mut Map<String, Value>, reason: Value) {
+    if !reason.is_null() && reason.as_str() != Some("") {
+        choice.insert("finish_reason".to_owned(), reason);
+    }
+}
+
+/// A known choice's `logprobs` (an object: else ignored): taken whole when the choice has none,
+/// else its non-empty `content` / `refusal` lists appended to the choice's.
+fn merge_logprobs(choice: &mut Map<String, Value>, logprobs: Value) {
+    let Value::Object(mut chunk_logprobs) = logprobs else {
+        return;
+    };
+    match choice.get_mut("logprobs") {
+        Some(Value::Object(ours)) => {
+            for key in ["content", "refusal"] {
+                let Some(Value::Array(new)) = chunk_logprobs.remove(key) else {
+                    continue;
+                };
+                if new.is_empty() {
+                    continue;
+                }
+                match ours.get_mut(key) {
+                    Some(Value::Array(list)) => list.extend(new),
+                    _ => {
+                        ours.insert(key.to_owned(), Value::Array(new));
+                    }
+                }
+            }
+        }
+        _ => {
+            let mut taken = Map::new();
+            for key in ["content", "refusal"] {
+                taken.insert(
+                    key.to_owned(),
+                    chunk_logprobs.remove(key).unwrap_or(Value::Null),
+                );
+            }
+            choice.insert("logprobs".to_owned(), Value::Object(taken));
+        }
+    }
+}
+
+/// A value the fast path checked with [`Raw::buildable`], built as serde builds it.
+fn value_of(raw: Raw<'_>) -> Value {
+    raw.build()
+        .or_else(|| serde_json::from_str(raw.json()).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// Whether [`fast_delta`] can merge `delta` (a choice's `delta`) exactly as [`merge_delta`]
+/// would: every value it reads reads, every value it builds builds, and each object it walks
+/// has its keys once and unescaped (serde's map would merge a repeated key).
+fn check_delta(delta: Raw<'_>) -> Option<()> {
+    if delta.first() != b'{' {
+        return Some(());
+    }
+    delta.entries(|key, value| match value.first() {
+        b'"' => value.string().map(drop),
+        b'[' if key == "content" => value.buildable().then_some(()),
+        _ => {
+            if !value.buildable() {
+                return None;
+            }
+            walkable(value)
+        }
+    })
+}
+
+/// Whether [`fast_entry`] can walk `value`: its objects' keys unescaped and each once, its
+/// strings read by the tap's reader.
+fn walkable(value: Raw<'_>) -> Option<()> {
+    match value.first() {
+        b'{' => {
+            let mut keys: [&str; 16] = [""; 16];
+            let mut n = 0;
+            value.entries(|key, value| {
+                if n == keys.len() || keys[..n].contains(&key) {
+                    return None;
+                }
+                keys[n] = key;
+                n += 1;
+                walkable(value)
+            })
+        }
+        b'[' => value.items(walkable),
+        b'"' => value.string().map(drop),
+        _ => Some(()),
+    }
+}
+
+/// The object at `path` under `message` (see [`Step`]).
+fn walk<'m>(message: &'m mut Value, path: &[Step]) -> Option<&'m mut Map<String, Value>> {
+    let mut at = message;
+    for step in path {
+        at = match step {
+            Step::Key(key) => at.as_object_mut()?.get_mut(key)?,
+            Step::Pos(n) => at.as_array_mut()?.get_mut(*n)?,
+        };
+    }
+    at.as_object_mut()
+}
+
+/// [`merge_delta`] of a delta [`check_delta`] passed, from its JSON: strings appended without
+/// a `Value` built for them, objects and lists walked by [`fast_entry`]. Each appended string
+/// is noted in `learn` as a text hole; anything that would not do the same when done again
+/// (a value inserted, a list extended, numbers added, content parts) makes it no shape.
+fn fast_delta<'a>(
+    message: &mut Map<String, Value>,
+    delta: Raw<'a>,
+    choice: usize,
+    learn: &mut Learn<'a>,
+    warnings: &mut Vec<String>,
+    cap: &mut TextCap,
+) {
+    if delta.first() != b'{' {
+        return;
+    }
+    let mut path = Vec::new();
+    let merged = delta.entries(|key, value| {
+        match value.first() {
+            b'[' if key == "content" => {
+                learn.ok = false;
+                if let Value::Array(parts) = value_of(value) {
+                    merge_content_parts(message, parts, cap);
+                }
+            }
+            b'"' => {
+                merge_string(message, key, value.string()?, cap, true);
+                if REPLACED_KEYS.contains(&key) {
+                    noted_set(learn, format_args!("{choice}/{key}"), value);
+                } else {
+                    let path = Vec::new();
+                    let key = key.to_owned();
+                    learn
+                        .holes
+                        .push((value, true, Action::Text { choice, path, key }));
+                }
+            }
+            _ => fast_entry(message, key, value, choice, &mut path, learn, warnings, cap),
+        }
+        Some(())
+    });
+    debug_assert!(merged.is_some(), "checked first");
+}
+
+/// [`accumulate_entry`] of a value [`check_delta`] passed, from its JSON. `path` leads from the
+/// message to `acc`.
+#[allow(clippy::too_many_arguments)]
+fn fast_entry<'a>(
+    acc: &mut Map<String, Value>,
+    key: &str,
+    delta: Raw<'a>,
+    choice: usize,
+    path: &mut Vec<Step>,
+    learn: &mut Learn<'a>,
+    warnings: &mut Vec<String>,
+    cap: &mut TextCap,
+) {
+    match acc.get(key) {
+        None | Some(Value::Null) => {
+            if !raw_has_indexed_entries(delta) {
+                // Done again, the value would be merged, not inserted (a null stays null).
+                learn.ok &= delta.is_null();
+                acc.insert(key.to_owned(), value_of(delta));
+                return;
+            }
+            learn.ok = false;
+            acc.insert(key.to_owned(), Value::Array(Vec::new()));
+        }
+        Some(_) if REPLACED_KEYS.contains(&key) => {
+            // A value of the shape: set again when done again.
+            if !delta.is_null() {
+                noted_set(learn, format_args!("{choice}/{path:?}/{key}"), delta);
+                acc.insert(key.to_owned(), value_of(delta));
+            }
+            return;
+        }
+        Some(_) => {}
+    }
+    let Some(current) = acc.get_mut(key) else {
+        return;
+    };
+    match (current, delta.first()) {
+        (Value::String(ours), b'"') => {
+            let Some(text) = delta.string() else {
+                return debug_assert!(false, "checked first");
+            };
+            if cap.admits(ours.len(), text.len()) {
+                ours.push_str(&text);
+            }
+            let (path, key) = (path.clone(), key.to_owned());
+            learn
+                .holes
+                .push((delta, true, Action::Text { choice, path, key }));
+        }
+        (Value::Number(ours), b'-' | b'0'..=b'9') => {
+            learn.ok = false;
+            if let Value::Number(theirs) = value_of(delta) {
+                if let Some(sum) = add_numbers(ours, &theirs) {
+                    *ours = sum;
+                }
+            }
+        }
+        (Value::Object(ours), b'{') => {
+            path.push(Step::Key(key.to_owned()));
+            delta.entries(|k, v| {
+                fast_entry(ours, k, v, choice, path, learn, warnings, cap);
+                Some(())
+            });
+            path.pop();
+        }
+        (Value::Array(ours), b'[') => {
+            path.push(Step::Key(key.to_owned()));
+            fast_list(ours, delta, choice, path, learn, warnings, cap);
+            path.pop();
+        }
+        _ => {}
+    }
+}
+
+/// [`merge_list`] of a list [`check_delta`] passed, from its JSON (see [`fast_entry`]).
+fn fast_list<'a>(
+    acc: &mut Vec<Value>,
+    delta: Raw<'a>,
+    choice: usize,
+    path: &mut Vec<Step>,
+    learn: &mut Learn<'a>,
+    warnings: &mut Vec<String>,
+    cap: &mut TextCap,
+) {
+    if only_scalars(acc) && (!acc.is_empty() || !raw_has_indexed_entries(delta)) {
+        if let Value::Array(items) = value_of(delta) {
+            learn.ok &= items.is_empty();
+            acc.extend(items);
+        }
+        return;
+    }
+    delta.items(|entry| {
+        if entry.first() != b'{' {
+            learn.ok = false;
+            warnings.push("chat: non-object list entry ignored".to_owned());
+            return Some(());
+        }
+        let (mut index, mut id) = (None, None);
+        entry.entries(|key, value| {
+            match key {
+                "index" => index = value.unsigned(),
+                "id" if !value.is_null() => id = Some(value_of(value)),
+                _ => {}
+            }
+            Some(())
+        });
+        match list_target(acc, index, id.as_ref()) {
+            Some(at) => {
+                let Value::Object(existing) = &mut acc[at] else {
+                    unreachable!("list_target finds objects only")
+                };
+                path.push(Step::Pos(at));
+                entry.entries(|k, v| {
+                    fast_entry(existing, k, v, choice, path, learn, warnings, cap);
+                    Some(())
+                });
+                path.pop();
+            }
+            None => {
+                learn.ok = false;
+                acc.push(value_of(entry));
+            }
+        }
+        Some(())
+    });
+}
+
+/// Notes in `learn.sets` that the chunk set `what` to `value` (see [`fast::Learn`]).
+fn noted_set(learn: &mut Learn<'_>, what: std::fmt::Arguments<'_>, value: Raw<'_>) {
+    use std::fmt::Write;
+    let _ = write!(learn.sets, "{what}={};", value.json());
+}
+
+/// Whether `raw` is a list with an object that has an `index` (see [`has_indexed_entries`]).
+fn raw_has_indexed_entries(raw: Raw<'_>) -> bool {
+    if raw.first() != b'[' {
+        return false;
+    }
+    let mut found = false;
+    raw.items(|item| {
+        if !found && item.first() == b'{' {
+            item.entries(|key, _| {
+                found |= key == "index";
+                Some(())
+            });
+        }
+        Some(())
+    });
+    found
+}
+
 /// Merges one `delta` object into the message (see the module docs).
 fn merge_delta(
     message: &mut Map<String, Value>,
@@ -324,10 +860,12 @@ fn merge_delta(
     for (key, raw) in entries.0 {
         let text = raw.get();
         if key == "content" && text.starts_with('[') {
-            merge_content_parts(message, text, cap);
+            if let Ok(parts) = serde_json::from_str::<Vec<Value>>(text) {
+                merge_content_parts(message, parts, cap);
+            }
         } else if text.starts_with('"') {
             if let Ok(s) = serde_json::from_str::<Str<'_>>(text) {
-                merge_string(message, &key, s.0, cap);
+                merge_string(message, &key, s.0, cap, true);
             }
         } else if let Ok(value) = serde_json::from_str::<Value>(text) {
             accumulate_entry(message, &key, value, warnings, cap);
@@ -335,16 +873,19 @@ fn merge_delta(
     }
 }
 
-/// The string fast path of [`accumulate_entry`]: no `Value` is built for the delta.
+/// The string fast path of [`accumulate_entry`]: no `Value` is built for the delta. A string
+/// that is new (no value, or null) is inserted whatever its length unless `capped` (as a
+/// delta's own members are: nested ones are merged by [`accumulate_entry`], uncapped).
 fn merge_string(
     message: &mut Map<String, Value>,
     key: &str,
     delta: Cow<'_, str>,
     cap: &mut TextCap,
+    capped: bool,
 ) {
     match message.get_mut(key) {
         None | Some(Value::Null) => {
-            if cap.admits(0, delta.len()) {
+            if !capped || cap.admits(0, delta.len()) {
                 message.insert(key.to_owned(), Value::String(delta.into_owned()));
             }
         }
@@ -364,20 +905,17 @@ fn merge_string(
 }
 
 /// Mistral's typed content parts: `text` parts into `content`, `thinking` into `reasoning_content`.
-fn merge_content_parts(message: &mut Map<String, Value>, parts: &str, cap: &mut TextCap) {
-    let Ok(parts) = serde_json::from_str::<Vec<Value>>(parts) else {
-        return;
-    };
+fn merge_content_parts(message: &mut Map<String, Value>, parts: Vec<Value>, cap: &mut TextCap) {
     for part in parts {
         match part.get("type").and_then(Value::as_str) {
             Some("text") => {
                 if let Some(text) = part.get("text").and_then(Value::as_str) {
-                    merge_string(message, "content", Cow::Borrowed(text), cap);
+                    merge_string(message, "content", Cow::Borrowed(text), cap, true);
                 }
             }
             Some("thinking") => match part.get("thinking") {
                 Some(Value::String(text)) => {
-                    merge_string(message, "reasoning_content", Cow::Borrowed(text), cap)
+                    merge_string(message, "reasoning_content", Cow::Borrowed(text), cap, true)
                 }
                 Some(Value::Array(inner)) => {
                     for p in inner {
@@ -388,6 +926,7 @@ fn merge_content_parts(message: &mut Map<String, Value>, parts: &str, cap: &mut 
                                     "reasoning_content",
                                     Cow::Borrowed(text),
                                     cap,
+                                    true,
                                 );
                             }
                         }
@@ -401,10 +940,14 @@ fn merge_content_parts(message: &mut Map<String, Value>, parts: &str, cap: &mut 
 }
 
 fn has_indexed_entries(value: &Value) -> bool {
-    value.as_array().is_some_and(|list| {
-        list.iter()
-            .any(|e| e.as_object().is_some_and(|o| o.contains_key("index")))
-    })
+    value
+        .as_array()
+        .is_some_and(|list| has_indexed_entries_in(list))
+}
+
+fn has_indexed_entries_in(list: &[Value]) -> bool {
+    list.iter()
+        .any(|e| e.as_object().is_some_and(|o| o.contains_key("index")))
 }
 
 /// The SDK's `accumulate_delta` for one key (with the documented differences).
@@ -472,15 +1015,8 @@ fn merge_list(
     warnings: &mut Vec<String>,
     cap: &mut TextCap,
 ) {
-    let scalars = acc
-        .iter()
-        .all(|v| matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_)));
-    if scalars
-        && (!acc.is_empty()
-            || !delta
-                .iter()
-                .any(|e| e.as_object().is_some_and(|o| o.contains_key("index"))))
-    {
+    let scalars = only_scalars(acc);
+    if scalars && (!acc.is_empty() || !has_indexed_entries_in(&delta)) {
         acc.extend(delta);
         return;
     }
@@ -489,26 +1025,325 @@ fn merge_list(
             warnings.push("chat: non-object list entry ignored".to_owned());
             continue;
         };
-        let target = match entry.get("index").and_then(Value::as_u64) {
-            Some(index) => {
-                let has = |v: &Value| v.get("index").and_then(Value::as_u64) == Some(index);
-                match acc.get(index as usize) {
-                    Some(v) if has(v) => Some(index as usize),
-                    _ => acc.iter().position(has),
+        let index = entry.get("index").and_then(Value::as_u64);
+        let id = entry.get("id").filter(|id| !id.is_null());
+        match list_target(acc, index, id) {
+            Some(at) => {
+                if let Value::Object(existing) = &mut acc[at] {
+                    for (k, v) in entry {
+                        accumulate_entry(existing, &k, v, warnings, cap);
+                    }
                 }
             }
-            None => match entry.get("id").filter(|id| !id.is_null()) {
-                Some(id) => acc.iter().position(|v| v.get("id") == Some(id)),
-                None => None,
-            },
-        };
-        match target.map(|p| &mut acc[p]) {
-            Some(Value::Object(existing)) => {
-                for (k, v) in entry {
-                    accumulate_entry(existing, &k, v, warnings, cap);
-                }
+            None => acc.push(Value::Object(entry)),
+        }
+    }
+}
+
+/// Whether every item of a merged list is a string, number or bool (none is an object).
+fn only_scalars(list: &[Value]) -> bool {
+    list.iter()
+        .all(|v| matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_)))
+}
+
+/// Where a list delta entry with this `index` (a `u64`), else this `id` (not null), merges:
+/// the object with the same `index` (looked for at `acc[index]` first), else the one with the
+/// same `id`; `None` (appended) when there is none.
+fn list_target(acc: &[Value], index: Option<u64>, id: Option<&Value>) -> Option<usize> {
+    let at = match index {
+        Some(index) => {
+            let has = |v: &Value| v.get("index").and_then(Value::as_u64) == Some(index);
+            match acc.get(index as usize) {
+                Some(v) if has(v) => Some(index as usize),
+                _ => acc.iter().position(has),
             }
-            _ => acc.push(Value::Object(entry)),
+        }
+        None => {
+            let id = id?;
+            acc.iter().position(|v| v.get("id") == Some(id))
+        }
+    }?;
+    acc[at].is_object().then_some(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accumulate::{corpus_lines, mutations, xorshift};
+
+    /// Feeds `lines` through the fast path and through the general one alone: the same results
+    /// (after every chunk), errors, warnings and counts. Returns the chunks the template read.
+    fn agree(lines: &[&[u8]], cap: Option<usize>) -> usize {
+        agree_every(lines, cap, 1)
+    }
+
+    /// [`agree`], the results compared after every `every`-th chunk and at the end (the
+    /// mutation tests, thousands of streams, compare fewer).
+    fn agree_every(lines: &[&[u8]], cap: Option<usize>, every: usize) -> usize {
+        let mut fast = ChatAccumulator::with_text_cap(cap);
+        let mut general = ChatAccumulator::with_text_cap(cap);
+        let mut templated = 0;
+        for (n, line) in lines.iter().enumerate() {
+            templated += usize::from(fast.templates.iter().any(|t| t.read(line).is_some()));
+            assert_eq!(
+                fast.add_json(line),
+                general.add_general(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert_eq!(fast.events(), general.events());
+            if n % every == 0 || n + 1 == lines.len() {
+                assert_eq!(
+                    fast.snapshot_json().map(String::from_utf8),
+                    general.snapshot_json().map(String::from_utf8),
+                    "after {}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+        }
+        assert_eq!(fast.warnings(), general.warnings());
+        assert_eq!(fast.unknown_events(), general.unknown_events());
+        templated
+    }
+
+    fn bytes(lines: &[&'static str]) -> Vec<&'static [u8]> {
+        lines.iter().map(|l| l.as_bytes()).collect()
+    }
+
+    /// What real chat streams carry, one of each: `n > 1`, tool calls by index (and one by id),
+    /// reasoning, refusals, logprobs, Mistral content parts, `obfuscation`, usage with vendor
+    /// extras, a legacy `function_call`, numbers and lists merged.
+    const CHUNKS: [&str; 16] = [
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","usage":null,"choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"obfuscation":"ab","x_groq":{"id":"req_1"}}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","usage":null,"choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":{"content":[{"token":"Hel","logprob":-0.5,"bytes":[72],"top_logprobs":[]}],"refusal":null},"finish_reason":null}],"obfuscation":"abcdef"}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","usage":null,"choices":[{"index":0,"delta":{"content":"lo\n\u00e9\ud83d\ude00"},"logprobs":{"content":[{"token":"lo","logprob":-0.25,"bytes":null,"top_logprobs":[]}],"refusal":null},"finish_reason":null}],"obfuscation":"a"}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"role":"assistant","reasoning_content":"Think"},"finish_reason":null,"native":"x"}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"reasoning_content":"ing","reasoning":"r"}},{"index":0,"delta":{"refusal":"No"}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get","arguments":""}}]}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\""}}]}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}},{"index":1,"id":"call_2","type":"function","function":{"name":"put","arguments":"{}"}}]}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"tool_calls":[{"id":"call_2","function":{"arguments":" "}},{"function":{"arguments":"?"}},7]}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":[{"type":"text","text":" Mis"},{"type":"thinking","thinking":[{"type":"text","text":"hm"}]},{"type":"image"}]}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"function_call":{"name":"f","arguments":"{"}}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"function_call":{"arguments":"}"},"n":1,"tags":["a"],"flag":true,"audio":null}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"n":2.5,"tags":["b"],"flag":false,"role":"assistant","type":null}}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"},{"index":1,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp2","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14,"prompt_cache_hit_tokens":3,"prompt_cache_miss_tokens":2},"x_groq":{"id":"req_1","usage":{"queue_time":0.01}},"moderation":{"flagged":false}}"#,
+        "[DONE]",
+    ];
+
+    #[test]
+    fn fast_path_agrees_with_the_general_one() {
+        let chunks = bytes(&CHUNKS);
+        // Every chunk but the first (and `[DONE]`) goes the fast way.
+        let mut acc = ChatAccumulator::new();
+        acc.add_json(chunks[0]).unwrap();
+        for chunk in chunks[1..].iter().filter(|c| !is_done_marker(c)) {
+            assert!(
+                acc.add_fast(chunk).is_some(),
+                "{}",
+                String::from_utf8_lossy(chunk)
+            );
+        }
+        for cap in [None, Some(3), Some(6), Some(1 << 20)] {
+            agree(&chunks, cap);
+        }
+        let mut odd = chunks.clone();
+        for extra in [
+            &br#"{"error":{"message":"busy"}}"#[..],
+            br#"{"object":"","choices":[{"index":0,"delta":{"content":"filtered"}}]}"#,
+            br#"{"object":5,"choices":[]}"#,
+            br#"{"object":"chat.completion.chunk","object":"chat.completion.chunk"}"#,
+            br#"{"choices":[{"index":0,"index":1}]}"#,
+            br#"{"choices":[{"index":-1,"delta":{"content":"x"}}]}"#,
+            br#"{"choices":[{"index":"0","delta":{"content":"x"}}]}"#,
+            br#"{"choices":[{"delta":{"content":"y","content":"z"}}]}"#,
+            br#"{"choices":[{"delta":{"tool_calls":[{"index":0,"index":0}]}}]}"#,
+            br#"{"choices":[{"delta":{"tool_calls":[{"index":1.0,"function":{"arguments":"q"}}]}}]}"#,
+            br#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"w","arguments":"v"}}]}}]}"#,
+            br#"{"choices":{"delta":{}}}"#,
+            br#"{"choices":[3,{"delta":{"content":"w"}}]}"#,
+            br#"{"choices":[{"delta":"text"}]}"#,
+            br#"{"choices":[{"delta":{"n":1e400}}]}"#,
+            br#"{"choices":[{"delta":{"n":-0}}]}"#,
+            br#"{"choices":[{"delta":{"content":"\ud800"}}]}"#,
+            br#"{"choices":[{"delta":{"content":5}}]}"#,
+            br#"{"choices":[{"delta":{"\u0063ontent":"esc"}}]}"#,
+            br#"{"choices":[{"finish_reason":1e400}]}"#,
+            br#"{"choices":[{"index":4,"delta":{"content":"new"},"logprobs":{"content":[]},"extra":[1]}]}"#,
+            br#"{"usage":{"n":1e400}}"#,
+            br#"{"x_vendor":{"n":1e400}}"#,
+            br#"{"x_vendor":1,"x_vendor":2}"#,
+            br#"{"system_fingerprint":"f\ud800"}"#,
+            b"{\"choices\":[]}\r",
+            b"\"text\"",
+        ] {
+            odd.insert(5, extra);
+        }
+        agree(&odd, None);
+        agree(&odd, Some(4));
+    }
+
+    #[test]
+    fn fast_path_agrees_on_mutated_chunks() {
+        for at in 1..CHUNKS.len() - 1 {
+            for mutated in mutations(CHUNKS[at].as_bytes()) {
+                let mut lines = bytes(&CHUNKS);
+                lines[at] = &mutated;
+                agree_every(&lines, Some(8), 4);
+            }
+        }
+    }
+
+    /// Runs of one shape (read by the template after the first of the run): OpenAI's text
+    /// deltas with an `obfuscation` of every length, tool call arguments, reasoning of a second
+    /// choice, usage changing, and each chunk of the runs mutated.
+    #[test]
+    fn template_agrees_with_the_general_path() {
+        let run = [
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"obfuscation":"x"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":[{"index":0,"delta":{"content":"a"},"logprobs":null,"finish_reason":null}],"obfuscation":"xyz"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":[{"index":0,"delta":{"content":"b\n\"\u00e9"},"logprobs":null,"finish_reason":null}],"obfuscation":""}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":[{"index":0,"delta":{"content":"c"},"logprobs":null,"finish_reason":null}],"obfuscation":"x\"y"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":{"n":1},"choices":[{"index":0,"delta":{"content":"d"},"logprobs":null,"finish_reason":null}],"obfuscation":"q"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":{"n":-12.5e-3},"choices":[{"index":0,"delta":{"content":"e"},"logprobs":null,"finish_reason":null}],"obfuscation":"qq"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":{"n":1e400},"choices":[{"index":0,"delta":{"content":"f"},"logprobs":null,"finish_reason":null}],"obfuscation":"qq"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]},"logprobs":null,"finish_reason":null}],"obfuscation":"q"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\""}}]},"logprobs":null,"finish_reason":null}],"obfuscation":"qqq"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"a\":"}}]},"logprobs":null,"finish_reason":null}],"obfuscation":"q"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]},"logprobs":null,"finish_reason":null}],"obfuscation":"qqqq"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"role":"assistant","reasoning":"r"}}]}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"reasoning":"s"}}]}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"reasoning":"t"}}]}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"content":"u"}},{"index":0,"delta":{"content":"v"}}]}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"content":"w"}},{"index":0,"delta":{"content":"x"}}]}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"obfuscation":"q"}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"total_tokens":10},"obfuscation":"qq"}"#,
+        ];
+        let lines = bytes(&run);
+        let mut acc = ChatAccumulator::new();
+        for line in &lines[..2] {
+            acc.add_json(line).unwrap();
+        }
+        assert!(
+            acc.templates.iter().any(|t| t.read(lines[2]).is_some()),
+            "a run is read by the template"
+        );
+        let mut templated = 0;
+        for cap in [None, Some(3), Some(7)] {
+            templated += agree(&lines, cap);
+        }
+        assert!(templated >= 15, "{templated} chunks read by the template");
+        for at in 1..lines.len() {
+            for mutated in mutations(lines[at]) {
+                let mut mutated_lines = lines.clone();
+                mutated_lines[at] = &mutated;
+                agree_every(&mutated_lines, Some(7), 4);
+            }
+        }
+    }
+
+    /// An `n = 2` stream, its choices taking turns (two shapes kept), with turns that set
+    /// something (a `role`, a `finish_reason`, a `system_fingerprint`, a vendor member) the
+    /// other shape does not, and each chunk mutated.
+    #[test]
+    fn two_shapes_taking_turns_agree_with_the_general_path() {
+        let mut run = vec![
+            r#"{"id":"c","object":"chat.completion.chunk","model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":""}},{"index":1,"delta":{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":""}}]}}],"obfuscation":"x"}"#.to_owned(),
+        ];
+        for i in 0..12 {
+            let (choice, fp) = (i % 2, if i == 7 { "fp2" } else { "fp" });
+            let text = ["a", "b\\n", "\\u00e9", "d"][i % 4];
+            let extra = match i {
+                5 => r#","finish_reason":"length""#,
+                9 => r#","x":1"#,
+                _ => "",
+            };
+            run.push(format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","model":"m","system_fingerprint":"{fp}","choices":[{{"index":{choice},"delta":{{"content":"{text}"}}{extra}}}],"obfuscation":"{}"}}"#,
+                "q".repeat(i)
+            ));
+        }
+        for i in 0..8 {
+            let (choice, role) = (i % 2, if i == 4 { r#""role":"tool","# } else { "" });
+            run.push(format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","model":"m","system_fingerprint":"fp","choices":[{{"index":{choice},"delta":{{{role}"content":"{i}","tool_calls":[{{"index":0,"function":{{"arguments":"{i}"}}}}]}}}}]}}"#
+            ));
+        }
+        let lines: Vec<&[u8]> = run.iter().map(|l| l.as_bytes()).collect();
+        let mut templated = 0;
+        for cap in [None, Some(5)] {
+            templated += agree(&lines, cap);
+        }
+        assert!(templated >= 8, "{templated} chunks read by a template");
+        for at in 1..lines.len() {
+            for mutated in mutations(lines[at]).into_iter().step_by(3) {
+                let mut mutated_lines = lines.clone();
+                mutated_lines[at] = &mutated;
+                agree_every(&mutated_lines, Some(5), 4);
+            }
+        }
+    }
+
+    /// Every recording, and every recording with its chunks' order disturbed (each chunk after
+    /// the next), at a few text caps; most chunks are read by the template.
+    #[test]
+    fn fast_path_agrees_on_the_corpus() {
+        let streams = corpus_lines("chat");
+        assert_eq!(streams.len(), 37);
+        let (mut templated, mut chunks) = (0, 0);
+        for lines in &streams {
+            let lines: Vec<&[u8]> = lines
+                .iter()
+                .filter(|l| !l.is_empty())
+                .map(|l| l.as_bytes())
+                .collect();
+            chunks += lines.len();
+            templated += agree(&lines, None);
+            agree(&lines, Some(16));
+            let mut swapped = lines.clone();
+            for pair in swapped.chunks_mut(2) {
+                pair.reverse();
+            }
+            agree(&swapped, None);
+        }
+        assert!(
+            templated * 2 > chunks,
+            "{templated} of {chunks} chunks read by the template"
+        );
+    }
+
+    /// Random edits of the corpus's chunks (deterministic xorshift, so failures reproduce).
+    #[test]
+    fn fast_path_agrees_on_random_edits_of_the_corpus() {
+        let edits: &[u8] = b"\"\\}{[]:, a1-.e\x00\xc3\xa9";
+        let mut next = xorshift();
+        for lines in corpus_lines("chat") {
+            let lines: Vec<Vec<u8>> = lines
+                .iter()
+                .filter(|l| !l.is_empty())
+                .map(|l| l.as_bytes().to_vec())
+                .collect();
+            for _ in 0..12 {
+                let mut edited = lines.clone();
+                for _ in 0..1 + next() % 3 {
+                    let line = &mut edited[(next() % lines.len() as u64) as usize];
+                    if line.is_empty() {
+                        continue;
+                    }
+                    let at = (next() % line.len() as u64) as usize;
+                    let b = edits[(next() % edits.len() as u64) as usize];
+                    match next() % 3 {
+                        0 => line[at] = b,
+                        1 => line.insert(at, b),
+                        _ => {
+                            line.remove(at);
+                        }
+                    }
+                }
+                let refs: Vec<&[u8]> = edited.iter().map(Vec::as_slice).collect();
+                agree(&refs, [None, Some(8)][(next() % 2) as usize]);
+            }
         }
     }
 }

@@ -1291,10 +1291,16 @@ pub(crate) enum Hole<'a> {
 /// What a fast path notes reading a chunk, for [`Template::learn_from`]: the values that are
 /// holes (with whether each is a text) and what the accumulator did with each (`A`); `ok`
 /// false when the chunk did something that done again would not give the same (a part
-/// appended, logprobs lists extended): then it is no shape.
+/// appended, logprobs lists extended): then it is no shape. `skips`: strings the accumulator
+/// does not read at all (an `obfuscation` padding, an `id` that changes at every chunk),
+/// holes that are validated and not given out. `sets`: what the chunk set whatever the state
+/// it found (a `finish_reason`, a `role`), written out; a chunk of the shape sets it again, so
+/// a tap that keeps several shapes keeps them together only when they set the same.
 pub(crate) struct Learn<'a, A> {
     pub ok: bool,
     pub holes: Vec<(Raw<'a>, bool, A)>,
+    pub skips: Vec<Raw<'a>>,
+    pub sets: String,
 }
 
 impl<A> Learn<'_, A> {
@@ -1302,8 +1308,19 @@ impl<A> Learn<'_, A> {
         Learn {
             ok: true,
             holes: Vec::new(),
+            skips: Vec::new(),
+            sets: String::new(),
         }
     }
+}
+
+/// What one hole of a [`Template`] holds: a text given out, a number inside a value given
+/// out, or a string nobody reads (validated, not given out).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum HoleKind {
+    Text,
+    Number,
+    Skip,
 }
 
 /// The shape of a chunk an accumulator's fast path read, to read the next chunks of the same
@@ -1316,12 +1333,13 @@ impl<A> Learn<'_, A> {
 /// was, followed by the same bytes, so the payload is the learned one with other strings and
 /// numbers there (and each replaced value is still valid JSON that serde builds). The
 /// accumulator, which learned what the chunk did, then does the same with the new texts and
-/// values. Any other payload is a miss.
+/// values. A skip hole is a string the accumulator does not read (see [`Learn`]): any string
+/// there gives the same result. Any other payload is a miss.
 #[derive(Debug, Default)]
 pub(crate) struct Template {
     learned: Vec<u8>,
-    /// Each hole's start and end in `learned`, and whether it is a text (else a number).
-    holes: Vec<(usize, usize, bool)>,
+    /// Each hole's start and end in `learned`, and what it holds.
+    holes: Vec<(usize, usize, HoleKind)>,
     /// What [`read`](Self::read) gives, in order: a text (the next text hole), or a value (its
     /// start and end in `learned`, and its number holes `first..last`).
     outputs: Vec<Output>,
@@ -1341,7 +1359,15 @@ enum Output {
 /// The most number holes a [`Template`] has.
 const MAX_NUMBERS: usize = 24;
 
+/// The most skip holes a [`Template`] has.
+const MAX_SKIPS: usize = 8;
+
 impl Template {
+    /// Whether a shape is learned (else every payload misses).
+    pub(crate) fn is_learned(&self) -> bool {
+        !self.learned.is_empty()
+    }
+
     pub(crate) fn clear(&mut self) {
         self.learned.clear();
         self.holes.clear();
@@ -1349,31 +1375,45 @@ impl Template {
     }
 
     /// Learns `payload`'s shape with `spans` (values [`entries`] read from this very payload,
-    /// in order, each with whether it is a text: a string). A value's numbers are its holes; a
-    /// value without numbers is fixed, and dropped from the outputs: `kept` says which spans are
-    /// outputs. None (nothing learned) if they are not in order, not in `payload`, or too many.
+    /// in order, each with what it is: a text or a skipped value, both strings, or a value
+    /// given out). A value's numbers are its holes; a value without numbers is fixed, and
+    /// dropped from the outputs: `kept` says which spans are outputs (a skip never is). None
+    /// (nothing learned) if they are not in order, not in `payload`, or too many.
     fn learn(
         &mut self,
         payload: &[u8],
-        spans: &[(Raw<'_>, bool)],
+        spans: &[(Raw<'_>, HoleKind)],
         kept: &mut Vec<bool>,
     ) -> Option<()> {
         self.clear();
         kept.clear();
         let base = payload.as_ptr() as usize;
         let mut last = 0;
-        for &(raw, text) in spans {
+        let mut skips = 0;
+        for &(raw, kind) in spans {
             let start = (raw.0.as_ptr() as usize).checked_sub(base)?;
             let end = start + raw.0.len();
-            if start < last || end > payload.len() || (text && raw.first() != b'"') {
+            if start < last
+                || end > payload.len()
+                || (kind != HoleKind::Number && raw.first() != b'"')
+            {
                 return None;
             }
             last = end;
-            if text {
-                self.outputs.push(Output::Text);
-                self.holes.push((start, end, true));
-                kept.push(true);
-                continue;
+            match kind {
+                HoleKind::Text => {
+                    self.outputs.push(Output::Text);
+                    self.holes.push((start, end, kind));
+                    kept.push(true);
+                    continue;
+                }
+                HoleKind::Skip => {
+                    skips += 1;
+                    self.holes.push((start, end, kind));
+                    kept.push(false);
+                    continue;
+                }
+                HoleKind::Number => {}
             }
             let first = self.holes.len();
             // The numbers of the value: outside its strings, a run from `-` or a digit.
@@ -1394,7 +1434,7 @@ impl Template {
                     }
                     b'-' | b'0'..=b'9' => {
                         let (stop, _) = number_syntax(bytes, i)?;
-                        self.holes.push((start + i, start + stop, false));
+                        self.holes.push((start + i, start + stop, HoleKind::Number));
                         i = stop;
                     }
                     _ => i += 1,
@@ -1411,7 +1451,10 @@ impl Template {
                 });
             }
         }
-        if self.outputs.len() > MAX_HOLES || self.holes.len() > MAX_NUMBERS + MAX_HOLES {
+        if self.outputs.len() > MAX_HOLES
+            || skips > MAX_SKIPS
+            || self.holes.len() > MAX_NUMBERS + MAX_HOLES + MAX_SKIPS
+        {
             return None;
         }
         self.learned.extend_from_slice(payload);
@@ -1426,19 +1469,39 @@ impl Template {
         learn: Learn<'_, A>,
         actions: &mut Vec<A>,
     ) {
-        let Learn { ok, mut holes } = learn;
+        let Learn {
+            ok,
+            mut holes,
+            skips,
+            ..
+        } = learn;
         actions.clear();
         holes.sort_by_key(|(raw, _, _)| raw.0.as_ptr() as usize);
-        let spans: Vec<(Raw<'_>, bool)> = holes.iter().map(|h| (h.0, h.1)).collect();
+        let kind = |text: bool| {
+            if text {
+                HoleKind::Text
+            } else {
+                HoleKind::Number
+            }
+        };
+        let mut spans: Vec<(Raw<'_>, HoleKind)> = holes.iter().map(|h| (h.0, kind(h.1))).collect();
+        spans.extend(skips.into_iter().map(|raw| (raw, HoleKind::Skip)));
+        spans.sort_by_key(|(raw, _)| raw.0.as_ptr() as usize);
         let mut kept = Vec::new();
         if !ok || self.learn(payload, &spans, &mut kept).is_none() {
             self.clear();
             return;
         }
+        // The holes in order, with whether each is an output (skips left out).
+        let outputs = spans
+            .iter()
+            .zip(kept)
+            .filter(|((_, kind), _)| *kind != HoleKind::Skip)
+            .map(|(_, kept)| kept);
         actions.extend(
             holes
                 .into_iter()
-                .zip(kept)
+                .zip(outputs)
                 .filter_map(|(h, kept)| kept.then_some(h.2)),
         );
     }
@@ -1452,20 +1515,25 @@ impl Template {
         let mut r = Reader::checked(payload)?;
         let mut out = [None, None, None, None];
         // Where each hole is in `payload`.
-        let mut at = [(0usize, 0usize); MAX_NUMBERS + MAX_HOLES];
+        let mut at = [(0usize, 0usize); MAX_NUMBERS + MAX_HOLES + MAX_SKIPS];
         let mut texts: [Option<Cow<'a, str>>; MAX_HOLES] = [None, None, None, None];
         let mut text_n = 0;
         let mut from = 0;
-        for (i, &(start, end, text)) in self.holes.iter().enumerate() {
+        for (i, &(start, end, kind)) in self.holes.iter().enumerate() {
             let fixed = &self.learned[from..start];
             if !same(r.buf.get(r.pos..r.pos + fixed.len())?, fixed) {
                 return None;
             }
             r.pos += fixed.len();
             let begin = r.pos;
-            if text {
+            if kind == HoleKind::Text {
                 texts[text_n] = Some(r.string()?);
                 text_n += 1;
+            } else if kind == HoleKind::Skip {
+                if r.peek()? != b'"' {
+                    return None;
+                }
+                r.skip_value()?;
             } else {
                 let mut lx = Lexer::new(r.buf);
                 lx.seek(begin);

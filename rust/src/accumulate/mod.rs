@@ -887,6 +887,18 @@ pub(crate) fn fast_top<'a, const N: usize>(
     list: &str,
     object: Option<&str>,
 ) -> Option<([Option<fast::Raw<'a>>; N], Option<fast::Raw<'a>>)> {
+    fast_top_with(payload, replaced, list, object, |_, _| Some(()))
+}
+
+/// [`fast_top`], with each of the other members (not read there) given to `other`, in order
+/// (the Chat tap's vendor members and the strings it does not read); `None` when `other` says.
+pub(crate) fn fast_top_with<'a, const N: usize>(
+    payload: &'a [u8],
+    replaced: &[&'static str; N],
+    list: &str,
+    object: Option<&str>,
+    mut other: impl FnMut(&'a str, fast::Raw<'a>) -> Option<()>,
+) -> Option<([Option<fast::Raw<'a>>; N], Option<fast::Raw<'a>>)> {
     let (mut top, mut items) = ([None; N], None);
     let mut seen = 0u32;
     fast::entries(payload, |key, value| {
@@ -899,7 +911,7 @@ pub(crate) fn fast_top<'a, const N: usize>(
         } else {
             match replaced.iter().position(|k| *k == key) {
                 Some(n) => n,
-                None => return Some(()),
+                None => return other(key, value),
             }
         };
         if seen & (1 << n) != 0 {
@@ -927,6 +939,18 @@ pub(crate) fn fast_top<'a, const N: usize>(
         return None;
     }
     Some((top, items.filter(|i| !i.is_null())))
+}
+
+/// For the tests' random edits: a deterministic xorshift (failures reproduce).
+#[cfg(test)]
+pub(crate) fn xorshift() -> impl FnMut() -> u64 {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
 }
 
 /// Variants of `payload` for the differential tests of the fast paths: each byte replaced by

@@ -288,13 +288,7 @@ fn random_edits_are_the_same_both_ways() {
 /// so failures reproduce.
 fn random_edits(base: &[u8], rounds: usize) -> Vec<(Vec<u8>, usize, Option<usize>)> {
     let edits: &[u8] = b"\r\n\"\\}{:, a1\x00\x1f\xff\xc3\xa9";
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift();
     (0..rounds)
         .map(|_| {
             let mut s = base.to_vec();
