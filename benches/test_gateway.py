@@ -126,6 +126,7 @@ def run_point(url: str, concurrency: int, gateway: Gateway | None) -> dict[str, 
         "concurrency": concurrency,
         "completed": report["completed"],
         "failed": report["failed"],
+        "failure_reasons": report.get("failure_reasons") or {},
         "median_itl_ms": report["median_itl_ms"],
         "p99_itl_ms": report["p99_itl_ms"],
         "cpu_s": cpu,
@@ -165,6 +166,8 @@ def run_all(concurrencies: tuple[int, ...], repeat: int = 1, with_litellm: bool 
                     values = [r[key] for r in runs if r[key] is not None]
                     row[key] = statistics.median(values) if values else None
                 row["failed"] = sum(r["failed"] for r in runs)
+                row["failure_reasons"] = {k: sum(r["failure_reasons"].get(k, 0) for r in runs)
+                                          for k in {k for r in runs for k in r["failure_reasons"]}}
                 row["added_p99_itl_ms"] = row["p99_itl_ms"] - direct_p99 if row["p99_itl_ms"] is not None else None
                 row["repeats"] = len(runs)
                 rows.append(row)

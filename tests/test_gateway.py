@@ -132,10 +132,15 @@ def records():
     return Records()
 
 
+def in_front(upstream, records: Records):
+    """A gateway to ``upstream`` recording into ``records``, for the module's fixtures."""
+    with BackgroundServer(create_gateway(upstream.url, on_complete=records)) as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def gateway(replay, records):
-    with BackgroundServer(create_gateway(replay.url, on_complete=records)) as server:
-        yield server
+    yield from in_front(replay, records)
 
 
 SMALL = {kind: [p for p in files if p.stat().st_size < 12_000] for kind, files in RECORDINGS.items()}
@@ -151,8 +156,7 @@ def small_replay():
 
 @pytest.fixture(scope="module")
 def small_gateway(small_replay, records):
-    with BackgroundServer(create_gateway(small_replay.url, on_complete=records)) as server:
-        yield server
+    yield from in_front(small_replay, records)
 
 
 @pytest.fixture(scope="module")
@@ -168,8 +172,7 @@ def synthetic_records():
 
 @pytest.fixture(scope="module")
 def synthetic_gateway(synthetic, synthetic_records):
-    with BackgroundServer(create_gateway(synthetic.url, on_complete=synthetic_records)) as server:
-        yield server
+    yield from in_front(synthetic, synthetic_records)
 
 
 @pytest.mark.parametrize("protocol", KINDS)

@@ -51,7 +51,7 @@ from ._schema import decode_lenient
 from .accumulate import (AnthropicAccumulator, ChatAccumulator, CompletionsAccumulator, GeminiAccumulator,
                          RealtimeAccumulator, ResponseAccumulator)
 from .errors import SSEError
-from .integrations import protocol_for_path, to_builtins
+from .integrations import protocol_for_path
 
 __all__ = ["OUTCOMES", "ExchangeRecord", "Tokens", "create_gateway", "log_record", "register"]
 
@@ -213,7 +213,7 @@ def _has_text(node: Any) -> bool:
 def _has_output(protocol: str, final: Any) -> bool:
     """Whether the object built so far holds any generated output (for the time to first token:
     checked only until it does)."""
-    return final is not None and _has_text(to_builtins(getattr(final, _OUTPUT[protocol])))
+    return final is not None and _has_text(msgspec.to_builtins(getattr(final, _OUTPUT[protocol])))
 
 
 def _describe(record: ExchangeRecord, protocol: str, final: Any) -> None:
@@ -514,9 +514,7 @@ class Gateway:
         accumulator = None
         try:
             try:
-                upstream = await self._client().request(
-                    scope["method"], self._url(scope), data=body or None,
-                    headers=_upstream_headers(scope, _NOT_UPSTREAM), allow_redirects=False)
+                upstream = await self._request(aiohttp, scope, body)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 record.outcome, record.status = "upstream_error", 502
                 record.error = f"upstream unreachable: {type(exc).__name__}: {exc}"
@@ -567,6 +565,25 @@ class Gateway:
         if accumulator is not None:
             self._read_tap(record, protocol, accumulator)
         await self._finish(record, accumulator, started)
+
+    async def _request(self, aiohttp: Any, scope: Any, body: bytes) -> Any:
+        """Sends the request upstream, once more when a pooled connection turned out closed by
+        upstream as the request was written on it (``ClientOSError`` "Can not write request
+        body": the request never reached it). Seen at hundreds of concurrent streams, where a
+        connection goes back to the pool just as upstream closes it; a refused connect is not
+        sent again."""
+        headers = _upstream_headers(scope, _NOT_UPSTREAM)
+
+        def send() -> Any:
+            return self._client().request(scope["method"], self._url(scope), data=body or None, headers=headers,
+                                          allow_redirects=False)
+
+        try:
+            return await send()
+        except aiohttp.ClientConnectorError:
+            raise
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            return await send()
 
     async def _relay_stream(self, upstream: Any, send: Any, record: ExchangeRecord, accumulator: Any,
                             started: float) -> bool:
@@ -754,7 +771,7 @@ class Gateway:
                         except SSEError as exc:
                             if record.error is None:
                                 record.outcome, record.error = "bad_stream", f"{type(exc).__name__}: {exc}"
-                        if record.ttft is None and any(_has_text(to_builtins(r.output))
+                        if record.ttft is None and any(_has_text(msgspec.to_builtins(r.output))
                                                        for r in accumulator.responses.values()):
                             record.ttft = time.monotonic() - started
                     await send({"type": "websocket.send", "text": data})
@@ -855,22 +872,19 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("rapidsse gateway: --workers must be at least 1", file=sys.stderr)
         return 1
-    from .serve import _bind
+    from .serve import listen
 
-    try:
-        sock = _bind(args.host, args.port)
-    except OSError as exc:
-        print(f"rapidsse gateway: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+    listening = listen("gateway", args.host, args.port)
+    if listening is None:
         return 1
-    port = sock.getsockname()[1]
-    host = f"[{args.host}]" if ":" in args.host else args.host
+    sock, url = listening
     os.environ[_ENV] = msgspec.json.encode(
         {"upstream": args.upstream, "tap": args.tap, "read_timeout": args.read_timeout, "log_level": args.log_level}).decode()
     metrics_dir = None
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         metrics_dir = tempfile.TemporaryDirectory(prefix="rapidsse-gateway-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir.name
-    print(f"rapidsse gateway: http://{host}:{port} -> {args.upstream} ({'tapped' if args.tap else 'no tap'}, "
+    print(f"rapidsse gateway: {url} -> {args.upstream} ({'tapped' if args.tap else 'no tap'}, "
           f"{args.workers} worker{'s' if args.workers > 1 else ''})", file=sys.stderr, flush=True)
     config = uvicorn.Config(
         "rapidsse.gateway:_app_from_environment", factory=True, workers=args.workers, log_level=args.log_level,

@@ -761,6 +761,18 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def listen(command: str, host: str, port: int) -> tuple[socket.socket, str] | None:
+    """The listening socket of ``rapidsse <command>`` and its ``http://host:port``; None (after
+    saying why on stderr) when the address cannot be had."""
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        print(f"rapidsse {command}: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return None
+    shown = f"[{host}]" if ":" in host else host
+    return sock, f"http://{shown}:{sock.getsockname()[1]}"
+
+
 class BackgroundServer:
     """Runs an ASGI app with uvicorn in a daemon thread, on ``host`` (loopback by default) and
     ``port`` (``0``: a free port, bound before the server starts, so :attr:`url` is known at once).
@@ -946,15 +958,12 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, SSEError) as exc:
             print(f"rapidsse serve: {exc}", file=sys.stderr)
             return 2
-    try:
-        sock = _bind(args.host, args.port)
-    except OSError as exc:
-        print(f"rapidsse serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+    listening = listen("serve", args.host, args.port)
+    if listening is None:
         return 1
+    sock, url = listening
     import uvicorn
 
-    port = sock.getsockname()[1]
-    host = f"[{args.host}]" if ":" in args.host else args.host
     if synthetic:
         what = (f"synthetic streams of {spec.tokens} tokens at {spec.rate:g} tokens/s after {spec.ttft * 1000:g} ms")
         app = create_synthetic_app(spec)
@@ -962,7 +971,7 @@ def run(args: argparse.Namespace) -> int:
         counts = {p: sum(r.protocol == p for r in recordings) for p in PROTOCOLS}
         what = ", ".join(f"{count} {protocol}" for protocol, count in counts.items()) + " recording(s)"
         app = create_app(recordings, pacing=pacing)
-    print(f"rapidsse serve: {what} on http://{host}:{port}/v1", file=sys.stderr, flush=True)
+    print(f"rapidsse serve: {what} on {url}/v1", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level=args.log_level)
     if synthetic:
         # A collection of the cyclic garbage collector would stop every stream for milliseconds,
