@@ -27,7 +27,7 @@ import rapidsse  # noqa: E402
 from rapidsse import RealtimeAccumulator  # noqa: E402
 from rapidsse.gateway import ExchangeRecord, Tokens, create_gateway  # noqa: E402
 from rapidsse.integrations import to_builtins  # noqa: E402
-from rapidsse.serve import BackgroundServer, ReplayServer, Synthetic, SyntheticServer, load_recording  # noqa: E402
+from rapidsse.serve import BackgroundServer, ReplayServer, Synthetic, SyntheticServer  # noqa: E402
 
 from .conftest import ROOT, corpus_files  # noqa: E402
 
