@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 
-.PHONY: test test-pythons dev cargo-test pytest bench clean
+.PHONY: test test-pythons wheel dev cargo-test pytest bench clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -23,10 +23,28 @@ pytest: dev
 
 test: dev cargo-test pytest
 
-# The release wheel in a venv of every CPython >= 3.10 on the machine, running the Rust-backend
-# tests that exercise the compiled core there (scripts/test_pythons.sh; PYTHONS_TESTS=tests for all).
-test-pythons: $(VENV)/bin/python
-	MATURIN=$(VENV)/bin/maturin bash scripts/test_pythons.sh
+# The release wheel as published for Linux x86-64, into target/wheelhouse: abi3 (CPython >= 3.10),
+# fat LTO, manylinux_2_17 (manylinux2014), linked by zig (the ziglang package) against glibc 2.17
+# whatever this machine's glibc is; `auditwheel show` reports its tag. Rebuilt only when a tracked
+# source is newer than the last build, so the suite's wheel test and test-pythons share one build.
+# (Not target/wheels, where maturin puts the wheels it builds by default, e.g. pip's of the sdist.)
+WHEEL_DIR := target/wheelhouse
+WHEEL_SOURCES := $(shell git ls-files Cargo.toml Cargo.lock pyproject.toml README.md LICENSE rust python 2>/dev/null)
+
+wheel: $(WHEEL_DIR)/.built
+
+$(WHEEL_DIR)/.built: $(VENV)/bin/python $(WHEEL_SOURCES) Makefile
+	$(PY) -m pip install -q --disable-pip-version-check --group wheel
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR) && touch $(WHEEL_DIR)/.started
+	PATH=$(VIRTUAL_ENV)/bin:$$PATH CARGO_TARGET_DIR=target/release-wheel $(VENV)/bin/maturin build -q --release --zig \
+		--compatibility manylinux2014 -i $(PY) -o $(WHEEL_DIR)
+	$(VENV)/bin/auditwheel show $(WHEEL_DIR)/rapidsse-*.whl
+	mv $(WHEEL_DIR)/.started $@  # stamped with the start: a source edited meanwhile rebuilds
+
+# That wheel in a venv of every CPython >= 3.10 on the machine, running the Rust-backend tests
+# that exercise the compiled core there (scripts/test_pythons.sh; PYTHONS_TESTS=tests for all).
+test-pythons: wheel
+	WHEEL=$(abspath $(WHEEL_DIR)) bash scripts/test_pythons.sh
 
 # Benchmarks need the optimised build.
 bench: $(VENV)/bin/python

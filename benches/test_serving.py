@@ -25,6 +25,15 @@ same event loop (uvloop's when installed, as ``rapidsse measure`` picks) and the
 Each point runs ``2 x concurrency`` requests of 60 tokens (about 4 s). The server reports how it
 kept its own schedule during each run (``/health``): on a shared machine its core is not always
 its own, and the column "server's own p99 error" says how much of a client's error came from there.
+
+Past one core (``test_serving_scale_out``, or ``--scale``): at 512, 1024 and 2048 streams the
+server runs with ``--workers 2`` and the client as ``rapidsse measure --workers 1`` (one process),
+``--workers 2`` (two spawned processes) and ``--ray`` with two actors on a local Ray instance
+(when ray is installed), unpinned, taking turns in the same run; the table adds the tokens per
+second delivered against those the schedule asks for (short of it: the machine is saturated),
+and the client's CPU counts every worker's::
+
+    python benches/test_serving.py --scale --repeat 3 --json scale.json
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -66,11 +76,13 @@ def _cores() -> tuple[set[int], set[int]] | None:
 
 
 class Server:
-    """``rapidsse serve --synthetic`` in a subprocess pinned to the server core."""
+    """``rapidsse serve --synthetic`` in a subprocess pinned to the server core (``pin``), with
+    ``workers`` processes on its port."""
 
-    def __init__(self, pin: set[int] | None) -> None:
+    def __init__(self, pin: set[int] | None, workers: int = 1) -> None:
         command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", str(TOKENS), "--rate",
-                   str(RATE), "--ttft", str(TTFT * 1000), "--port", "0", "--log-level", "warning"]
+                   str(RATE), "--ttft", str(TTFT * 1000), "--port", "0", "--log-level", "warning",
+                   "--workers", str(workers)]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
                                         preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
         banner = self.process.stderr.readline()
@@ -79,7 +91,7 @@ class Server:
             raise RuntimeError(f"the synthetic server did not start: {banner}")
         self.base = banner.rsplit(" on ", 1)[1].strip().removesuffix("/v1")
         self.url = m.endpoint_url(self.base, PROTOCOL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while True:  # wait until it accepts a request
             try:
                 run = asyncio.run(m.measure(self.url, _bodies(), protocol=PROTOCOL, num_prompts=1, timeout=5))
@@ -247,18 +259,47 @@ CLIENTS: dict[str, Callable[[str, int, float, int], m.Run]] = {
 }
 
 
+def _scaled(workers: int, ray: bool) -> Callable[[str, int, float, int], m.Run]:
+    """``rapidsse measure --workers N`` (spawned processes) or ``--ray`` (N actors)."""
+    from rapidsse import measure_workers
+
+    def run(url: str, count: int, rate: float, concurrency: int) -> m.Run:
+        # (no cap: the arrival rate keeps `concurrency` streams in flight, and a global cap costs
+        # each request a round trip to the parent, or a Ray call, that this table is not about)
+        options = dict(protocol=PROTOCOL, num_prompts=count, request_rate=rate, seed=0, timeout=120)
+        if ray:
+            return measure_workers.measure_ray(url, _bodies(), workers, **options)
+        return measure_workers.measure_workers(url, _bodies(), workers, **options)
+
+    return run
+
+
+SCALE_CONCURRENCIES = (512, 1024, 2048)
+SCALE_CLIENTS: dict[str, Callable[[str, int, float, int], m.Run]] = {
+    "rapidsse measure --workers 1": lambda url, count, rate, concurrency: m.run_loop(m.measure(
+        url, _bodies(), protocol=PROTOCOL, num_prompts=count, request_rate=rate, seed=0, timeout=120)),
+    "rapidsse measure --workers 2": _scaled(2, ray=False),
+    "rapidsse measure --ray, 2 actors": _scaled(2, ray=True),
+}
+"""Past one core: the server with ``--workers 2`` and the client as one process, two, or two Ray
+actors (on a local Ray instance), unpinned (two cores for all of them on the machine of the
+published table)."""
+
+
 # --- One point ---------------------------------------------------------------------------------------
 
 
-def run_point(server: Server, client: str, concurrency: int) -> dict[str, Any]:
+def run_point(server: Server, client: str, concurrency: int,
+              clients: dict[str, Callable[[str, int, float, int], m.Run]] = CLIENTS) -> dict[str, Any]:
     """``2 x concurrency`` requests arriving at the rate that keeps ``concurrency`` streams in
-    flight; the ITL error against the paced truth and the CPU time per token of this process."""
+    flight; the ITL error against the paced truth and the CPU time per token of the client (this
+    process and its workers)."""
     count = 2 * concurrency
     rate = concurrency / (TTFT + (TOKENS - 1) / RATE)
     server.sent()  # (resets the server's count)
     cpu = time.process_time()
-    run = CLIENTS[client](server.url, count, rate, concurrency)
-    cpu = time.process_time() - cpu
+    run = clients[client](server.url, count, rate, concurrency)
+    cpu = time.process_time() - cpu + run.worker_cpu
     sent = server.sent()
     report = m.summarize(run, percentiles=[50, 99])
     tokens = sum(len(r.token_times) for r in run.results)
@@ -267,6 +308,7 @@ def run_point(server: Server, client: str, concurrency: int) -> dict[str, Any]:
         "concurrency": concurrency,
         "completed": report["completed"],
         "failed": report["failed"],
+        "failure_reasons": report["failure_reasons"],
         "median_itl_error_ms": report["median_itl_ms"] - TRUTH_MS,
         "p99_itl_error_ms": report["p99_itl_ms"] - TRUTH_MS,
         "median_ttft_error_ms": report["median_ttft_ms"] - TTFT * 1000,
@@ -275,22 +317,48 @@ def run_point(server: Server, client: str, concurrency: int) -> dict[str, Any]:
         "server_p99_late_ms": sent["lateness"]["p99_ms"],
         "server_median_itl_error_ms": sent["itl"]["median_ms"] - TRUTH_MS,
         "server_p99_itl_error_ms": sent["itl"]["p99_ms"] - TRUTH_MS,
+        "output_tokens_per_s": report["output_throughput"],
+        # what the schedule asks for over the run, ramps included: its tokens over the time from the
+        # first request to the end of the last one when each stream keeps its pace
+        "offered_tokens_per_s": count * TOKENS / (count / rate + TTFT + (TOKENS - 1) / RATE),
     }
+
+
+def _markdown(rows: list[dict[str, Any]], columns: list[tuple[str, Callable[[dict[str, Any]], str]]]) -> str:
+    """``rows`` by concurrency as a markdown table: streams, client (and its failures), then
+    ``columns`` (header, cell of a row)."""
+    lines = ["| streams | client | " + " | ".join(header for header, _ in columns) + " |",
+             "| ---: | --- |" + " ---: |" * len(columns)]
+    for row in sorted(rows, key=lambda r: r["concurrency"]):
+        failed = f" ({row['failed']} failed)" if row["failed"] else ""
+        lines.append(f"| {row['concurrency']} | {row['client']}{failed} | "
+                     + " | ".join(cell(row) for _, cell in columns) + " |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The results as a markdown table: per concurrency and client, the measured ITL's error
     against the paced truth, the same for the ITLs as the server sent them (what the server itself
     added, e.g. when its core was busy), and the client's CPU time per token."""
-    lines = ["| streams | client | median ITL error ms | p99 ITL error ms | server's own p99 error ms "
-             "| client CPU µs/token |",
-             "| ---: | --- | ---: | ---: | ---: | ---: |"]
-    for row in sorted(rows, key=lambda r: r["concurrency"]):
-        failed = f" ({row['failed']} failed)" if row["failed"] else ""
-        lines.append(f"| {row['concurrency']} | {row['client']}{failed} | {row['median_itl_error_ms']:+.2f} "
-                     f"| {row['p99_itl_error_ms']:+.2f} | {row['server_p99_itl_error_ms']:+.2f} "
-                     f"| {row['cpu_us_per_token']:.0f} |")
-    return "\n".join(lines)
+    return _markdown(rows, [
+        ("median ITL error ms", lambda r: f"{r['median_itl_error_ms']:+.2f}"),
+        ("p99 ITL error ms", lambda r: f"{r['p99_itl_error_ms']:+.2f}"),
+        ("server's own p99 error ms", lambda r: f"{r['server_p99_itl_error_ms']:+.2f}"),
+        ("client CPU µs/token", lambda r: f"{r['cpu_us_per_token']:.0f}"),
+    ])
+
+
+def scale_table(rows: list[dict[str, Any]]) -> str:
+    """The scale-out results: per concurrency and client, the p99 ITL error (the client's and the
+    server's own), the tokens per second delivered against the ones the schedule asks for (where
+    they fall short, the machine is saturated), and the client's CPU per token."""
+    return _markdown(rows, [
+        ("p99 ITL error ms", lambda r: f"{r['p99_itl_error_ms']:+.2f}"),
+        ("server's own p99 error ms", lambda r: f"{r['server_p99_itl_error_ms']:+.2f}"),
+        ("tokens/s delivered / asked",
+         lambda r: f"{r['output_tokens_per_s'] / 1000:.1f}k / {r['offered_tokens_per_s'] / 1000:.1f}k"),
+        ("client CPU µs/token", lambda r: f"{r['cpu_us_per_token']:.0f}"),
+    ])
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -345,22 +413,63 @@ def server():
     started.stop()
 
 
-@pytest.fixture(scope="module")
-def rows():
+def _printed(render: Callable[[list[dict[str, Any]]], str]) -> Any:
+    """A module fixture's body: the rows its tests collect, printed as ``render`` draws them."""
     collected: list[dict[str, Any]] = []
     yield collected
     if collected:
-        print("\n" + table(collected))
+        print("\n" + render(collected))
+
+
+@pytest.fixture(scope="module")
+def rows():
+    yield from _printed(table)
+
+
+def _bench_point(benchmark: Any, group: str, rows: list[dict[str, Any]], *args: Any) -> dict[str, Any]:
+    benchmark.group = group
+    row = benchmark.pedantic(run_point, args=args, rounds=1, iterations=1)
+    benchmark.extra_info.update(row)
+    rows.append(row)
+    return row
 
 
 @pytest.mark.parametrize("concurrency", CONCURRENCIES)
 @pytest.mark.parametrize("client", list(CLIENTS))
 def test_serving_client(benchmark, server, rows, client, concurrency):
-    benchmark.group = f"serving: {concurrency} streams"
-    row = benchmark.pedantic(run_point, args=(server, client, concurrency), rounds=1, iterations=1)
-    benchmark.extra_info.update(row)
-    rows.append(row)
+    row = _bench_point(benchmark, f"serving: {concurrency} streams", rows, server, client, concurrency)
     assert row["completed"] == 2 * concurrency, row
+
+
+@pytest.fixture(scope="module")
+def scale_server():
+    pytest.importorskip("httptools")
+    started = Server(None, workers=2)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def scale_rows():
+    yield from _printed(scale_table)
+
+
+@pytest.mark.parametrize("concurrency", SCALE_CONCURRENCIES)
+@pytest.mark.parametrize("client", list(SCALE_CLIENTS))
+def test_serving_scale_out(benchmark, scale_server, scale_rows, request, client, concurrency):
+    if "--ray" in client:
+        request.getfixturevalue("ray_cluster")
+    row = _bench_point(benchmark, f"serving past one core: {concurrency} streams", scale_rows, scale_server,
+                       client, concurrency, SCALE_CLIENTS)
+    assert row["completed"] + row["failed"] == 2 * concurrency, row
 
 
 def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -370,6 +479,7 @@ def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(value, float):
             merged[key] = statistics.median(r[key] for r in rows)
     merged["failed"] = sum(r["failed"] for r in rows)
+    merged["failure_reasons"] = dict(sum((Counter(r["failure_reasons"]) for r in rows), Counter()))
     merged["repeats"] = len(rows)
     return merged
 
@@ -381,29 +491,56 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCIES))
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each point, the clients taking turns; the table gives their medians")
+    parser.add_argument("--scale", action="store_true",
+                        help="past one core: the server with --workers 2 and the clients of SCALE_CLIENTS "
+                             "(Ray's when ray is installed), at 512, 1024 and 2048 streams by default")
     args = parser.parse_args(argv)
+    if args.scale:
+        return scale_main(args)
     cores = _cores()
     if cores is not None:
         os.sched_setaffinity(0, cores[1])
-    server = Server(cores[0] if cores else None)
+    collected = interleaved(Server(cores[0] if cores else None), CLIENTS, args.concurrency, args.repeat, args.json)
+    print(table(collected))
+    if args.plot:
+        plot(collected, args.plot)
+    return 0
+
+
+def interleaved(server: Server, clients: dict[str, Callable[[str, int, float, int], m.Run]],
+                concurrencies: list[int], repeat: int, json_path: str | None) -> list[dict[str, Any]]:
+    """Every point of ``concurrencies``, the ``clients`` taking turns ``repeat`` times; the medians
+    (also written to ``json_path``). Stops the server at the end."""
     collected = []
     try:
-        for concurrency in args.concurrency:
-            runs: dict[str, list[dict[str, Any]]] = {client: [] for client in CLIENTS}
-            for _ in range(args.repeat):
-                for client in CLIENTS:
-                    row = run_point(server, client, concurrency)
+        for concurrency in concurrencies:
+            runs: dict[str, list[dict[str, Any]]] = {client: [] for client in clients}
+            for _ in range(repeat):
+                for client in clients:
+                    row = run_point(server, client, concurrency, clients)
                     print(row, file=sys.stderr, flush=True)
                     runs[client].append(row)
             collected += [median_of(rows) for rows in runs.values()]
     finally:
         server.stop()
-    print(table(collected))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as out:
             json.dump(collected, out, indent=2)
-    if args.plot:
-        plot(collected, args.plot)
+    return collected
+
+
+def scale_main(args: argparse.Namespace) -> int:
+    """``--scale``: the scale-out table (and ``--json``), clients taking turns at each point."""
+    concurrencies = args.concurrency if args.concurrency != list(CONCURRENCIES) else list(SCALE_CONCURRENCIES)
+    clients = dict(SCALE_CLIENTS)
+    try:
+        import ray
+    except ImportError:
+        print("ray is not installed: the Ray client is left out", file=sys.stderr)
+        clients = {name: run for name, run in clients.items() if "--ray" not in name}
+    else:
+        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
+    print(scale_table(interleaved(Server(None, workers=2), clients, concurrencies, args.repeat, args.json)))
     return 0
 
 

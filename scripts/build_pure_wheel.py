@@ -6,8 +6,9 @@
 It packs the same ``python/rapidsse`` tree as the native wheel, less any compiled extension
 (``_rapidsse*.so`` / ``.pyd``) and caches, so that it installs anywhere without a Rust toolchain
 and runs on the pure-Python backend (``rapidsse.BACKEND == "python"``). Metadata comes from
-pyproject.toml, the version from Cargo.toml (where maturin takes it). Standard library only; the
-archive is reproducible (sorted entries, fixed timestamps, or ``SOURCE_DATE_EPOCH``).
+pyproject.toml (with the ``license-files`` under ``.dist-info/licenses/``), the version from
+Cargo.toml (where maturin takes it). Standard library only; the archive is reproducible (sorted
+entries, fixed timestamps, or ``SOURCE_DATE_EPOCH``).
 """
 
 from __future__ import annotations
@@ -53,19 +54,37 @@ def cargo_version() -> str:
     return re.sub(r"-(alpha|beta|rc)\.?(\d+)", lambda m: {"alpha": "a", "beta": "b", "rc": "rc"}[m[1]] + m[2], match[1])
 
 
+def license_files(project: dict) -> list[tuple[str, Path]]:
+    """PEP 639 ``license-files`` (glob patterns from the project root): (name, path) pairs."""
+    found: dict[str, Path] = {}
+    for pattern in project.get("license-files", []):
+        matches = sorted(p for p in ROOT.glob(pattern) if p.is_file())
+        if not matches:
+            raise RuntimeError(f"license-files pattern {pattern!r} matches no file")
+        for path in matches:
+            found[path.relative_to(ROOT).as_posix()] = path
+    return sorted(found.items())
+
+
 def metadata(project: dict, version: str) -> str:
     lines = [
-        "Metadata-Version: 2.1",
+        "Metadata-Version: 2.4",
         f"Name: {project['name']}",
         f"Version: {version}",
     ]
     if "description" in project:
         lines.append(f"Summary: {project['description']}")
     license_ = project.get("license")
-    if isinstance(license_, dict) and "text" in license_:
+    if isinstance(license_, str):
+        lines.append(f"License-Expression: {license_}")
+    elif isinstance(license_, dict) and "text" in license_:
         lines.append(f"License: {license_['text']}")
+    for name, _ in license_files(project):
+        lines.append(f"License-File: {name}")
     for classifier in project.get("classifiers", []):
         lines.append(f"Classifier: {classifier}")
+    for label, url in project.get("urls", {}).items():
+        lines.append(f"Project-URL: {label}, {url}")
     if "requires-python" in project:
         lines.append(f"Requires-Python: {project['requires-python']}")
     for requirement in project.get("dependencies", []):
@@ -119,6 +138,7 @@ def build(out_dir: Path) -> Path:
     if not any(arc == "rapidsse/__init__.py" for arc, _ in contents):
         raise RuntimeError(f"{PACKAGE} has no __init__.py")
     contents.append((f"{dist_info}/METADATA", metadata(project, version).encode("utf-8")))
+    contents += [(f"{dist_info}/licenses/{name}", path.read_bytes()) for name, path in license_files(project)]
     contents.append(
         (
             f"{dist_info}/WHEEL",

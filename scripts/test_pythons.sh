@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The shipped wheel on every CPython the project claims: builds the abi3 release wheel once, then
-# for every CPython >= 3.10 found on the machine installs it (with the test extra) into a venv of
-# that interpreter and runs the Rust-backend suite there, from the installed wheel, not from the
+# The shipped wheel on every CPython the project claims: for every CPython >= 3.10 found on the
+# machine, installs the wheel (with the test extra) into a venv of that interpreter and runs the
+# Rust-backend tests that exercise the compiled core there, from the installed wheel, not from the
 # source tree. The native Struct builder relies on each version's slot layout, so each version
 # must run the tests that build Structs.
 #
+#   make test-pythons                       # builds the release wheel (make wheel), then this
 #   bash scripts/test_pythons.sh            # the version subset (PYTHONS_TESTS below) on each
 #   PYTHONS_TESTS=tests bash scripts/...    # the whole suite on each
 #
-# Interpreters: python3.1X on PATH and under pyenv's versions/ (one per minor version, the newest
-# patch release). Fails when fewer than two versions are found, so a machine that lost its extra
-# interpreters cannot pass this silently.
+# WHEEL: the wheel file to test, or a folder of wheels from which pip picks the one that fits each
+# interpreter (default target/wheelhouse, what `make wheel` writes). PYTHONS: the interpreters, space
+# separated (default: python3.1X on PATH and under pyenv's versions/, one per minor version, the
+# newest patch release; then it fails when fewer than two are found, so a machine that lost its
+# extra interpreters cannot pass this silently). PYTHONS_VENVS: where the venvs go
+# (target/pythons; kept between runs, the wheel is force-reinstalled). The release workflow runs
+# this on every platform with WHEEL=dist and one PYTHONS each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -18,10 +23,14 @@ ROOT=$(pwd)
 # framing, typed decoding (the Struct builder), schemas, accumulation, the integrations and the
 # CLI. (The rest, wheel builds, memory, threads, serving, are the same on every version.)
 PYTHONS_TESTS=${PYTHONS_TESTS:-"tests/test_framing.py tests/test_decoding.py tests/test_native.py tests/test_schemas.py tests/test_accumulate.py tests/test_integrations.py tests/test_cli.py"}
-OUT="$ROOT/target/pythons"
-mkdir -p "$OUT"
+WHEEL=${WHEEL:-"$ROOT/target/wheelhouse"}
+VENVS=${PYTHONS_VENVS:-"$ROOT/target/pythons"}
+mkdir -p "$VENVS"
 
-mapfile -t PYTHONS < <(python3 - <<'PY'
+if [ -n "${PYTHONS:-}" ]; then
+  read -r -a PYTHONS <<<"$PYTHONS"
+else
+  mapfile -t PYTHONS < <(python3 - <<'PY'
 import glob, os, shutil, subprocess
 candidates = [shutil.which(f"python3.{minor}") for minor in range(10, 20)]
 pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
@@ -44,35 +53,54 @@ for exe in filter(None, candidates):
 for key in sorted(found):
     print(found[key][1])
 PY
-)
-if [ "${#PYTHONS[@]}" -lt 2 ]; then
-  echo "test_pythons: found ${#PYTHONS[@]} CPython >= 3.10 interpreter(s): ${PYTHONS[*]:-none}; need at least two" >&2
-  exit 1
+  )
+  if [ "${#PYTHONS[@]}" -lt 2 ]; then
+    echo "test_pythons: found ${#PYTHONS[@]} CPython >= 3.10 interpreter(s): ${PYTHONS[*]:-none}; need at least two" >&2
+    exit 1
+  fi
 fi
 echo "test_pythons: ${PYTHONS[*]}"
 
-# One abi3 wheel for all of them, the release build as shipped (the wheel tests share its target).
-rm -rf "$OUT/wheel" && mkdir -p "$OUT/wheel"
-MATURIN=${MATURIN:-$(command -v maturin || echo "$ROOT/.venv/bin/maturin")}
-CARGO_TARGET_DIR="$ROOT/target/wheel-tests" "$MATURIN" build -q --release -o "$OUT/wheel" -i python3
-WHEEL=$(ls "$OUT"/wheel/rapidsse-*.whl)
+if [ -d "$WHEEL" ]; then
+  ls "$WHEEL"/rapidsse-*.whl >/dev/null 2>&1 || { echo "test_pythons: no rapidsse wheel in $WHEEL (make wheel builds one)" >&2; exit 1; }
+  # pip chooses, among the folder's wheels, the one this interpreter takes (and only from there).
+  wheel=(--no-index --find-links "$WHEEL" rapidsse)
+  with_test=(--find-links "$WHEEL" "rapidsse[test]")
+elif [ -f "$WHEEL" ]; then
+  wheel=("$WHEEL")
+  with_test=("${WHEEL}[test]")
+else
+  echo "test_pythons: no wheel at $WHEEL (make wheel builds one)" >&2
+  exit 1
+fi
 
 status=0
 for exe in "${PYTHONS[@]}"; do
-  version=$("$exe" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  venv="$OUT/venv-$version"
-  [ -x "$venv/bin/python" ] || "$exe" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${WHEEL}[test]"
+  version=$("$exe" -c 'import sys, sysconfig; print("%d.%d%s" % (*sys.version_info[:2], "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""))')
+  venv="$VENVS/venv-$version"
+  [ -d "$venv" ] || "$exe" -m venv "$venv"
+  python="$venv/bin/python"
+  [ -x "$python" ] || python="$venv/Scripts/python.exe"  # Windows
+  "$python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "${wheel[@]}"
+  "$python" -m pip install -q --disable-pip-version-check "${with_test[@]}"
   echo "== CPython $version ($exe): $PYTHONS_TESTS"
-  # The source package lives in python/, which is not on sys.path here: `import rapidsse` is the
-  # installed wheel (checked first).
-  where=$(cd "$ROOT" && RAPIDSSE_BACKEND=rust PYTHONPATH= "$venv/bin/python" -c 'import rapidsse; print(rapidsse.__file__, rapidsse.BACKEND)')
-  case "$where" in
-    "$venv"/*" rust") ;;
-    *) echo "== CPython $version: rapidsse did not come from the wheel on the Rust backend: $where" >&2; status=1; continue ;;
-  esac
-  if ! (cd "$ROOT" && RAPIDSSE_BACKEND=rust PYTHONPATH= "$venv/bin/python" -m pytest -q -p no:cacheprovider $PYTHONS_TESTS); then
+  # The source package lives in python/, which is not on sys.path here: `import rapidsse` must be
+  # the installed wheel, on the Rust backend (checked first).
+  if ! (cd "$ROOT" && RAPIDSSE_BACKEND=rust PYTHONPATH= "$python" - <<'PY'
+import os, sys, sysconfig
+import rapidsse
+where = os.path.realpath(rapidsse.__file__)
+print(f"   rapidsse {rapidsse.__version__} from {where}, backend {rapidsse.BACKEND}"
+      + (f", GIL enabled after import: {sys._is_gil_enabled()}" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""))
+if not where.startswith(os.path.realpath(sys.prefix)) or rapidsse.BACKEND != "rust":
+    sys.exit("rapidsse did not come from the installed wheel on the Rust backend")
+PY
+  ); then
+    echo "== CPython $version: the import check FAILED" >&2
+    status=1
+    continue
+  fi
+  if ! (cd "$ROOT" && RAPIDSSE_BACKEND=rust PYTHONPATH= "$python" -m pytest -q -p no:cacheprovider $PYTHONS_TESTS); then
     echo "== CPython $version: FAILED" >&2
     status=1
   fi

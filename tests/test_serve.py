@@ -604,3 +604,54 @@ def test_serve_synthetic_command_line():
         process.terminate()
         process.wait(timeout=TIMEOUT)
         process.stderr.close()
+
+
+def test_serve_synthetic_workers_share_the_port_and_health():
+    """``--workers 2``: two processes on one port, each pacing its own streams; ``/health`` (from
+    whichever answers) counts the tokens of both."""
+    command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", "5", "--rate", "500",
+               "--ttft", "1", "--port", "0", "--log-level", "warning", "--workers", "2"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = process.stderr.readline()
+        assert "2 workers (SO_REUSEPORT) on http://127.0.0.1:" in banner, banner
+        base = banner.rsplit(" on ", 1)[1].strip().removesuffix("/v1")
+        pids = set()
+        with httpx.Client(timeout=TIMEOUT) as client:
+            client.get(base + "/health?reset")
+            for _ in range(16):  # new connections: the kernel spreads them over both processes
+                with httpx.Client(timeout=TIMEOUT) as one:
+                    response = one.post(base + "/v1/completions", json={"stream": True})
+                    assert response.content.endswith(b"data: [DONE]\n\n")
+                    pids.add(one.get(base + "/health").json()["pid"])
+            health = client.get(base + "/health").json()
+        assert len(pids) == 2  # both served
+        assert health["workers"] == 2 and health["lateness"]["count"] == 16 * 5 and health["itl"]["count"] == 16 * 4
+    finally:
+        process.terminate()
+        process.wait(timeout=TIMEOUT)
+        process.stderr.close()
+    bad = subprocess.run([sys.executable, "-m", "rapidsse", "serve", "x.sse", "--workers", "2"], capture_output=True,
+                         text=True, timeout=TIMEOUT)
+    assert bad.returncode == 1 and "--workers is for --synthetic" in bad.stderr
+
+
+def test_tally_percentiles_match_the_samples_within_a_microsecond():
+    import random
+
+    from rapidsse.serve import Tally
+
+    rng = random.Random(3)
+    values = [rng.uniform(0, 0.03) for _ in range(999)] + [0.5, 2.0]
+    parts = (Tally(), Tally())
+    for index, value in enumerate(values):
+        parts[index % 2].add(value)
+    stats = Tally.stats(parts)
+    ordered = sorted(values)
+    assert stats["count"] == len(values) and stats["max_ms"] == 2000.0
+    for key, q in (("median_ms", 0.5), ("p99_ms", 0.99)):
+        exact = ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0
+        assert exact - 0.001 <= stats[key] <= exact, key
+    for tally in parts:
+        tally.reset()
+    assert Tally.stats(parts) == {"count": 0, "median_ms": None, "p99_ms": None, "max_ms": None}

@@ -1,15 +1,18 @@
-"""Wheels: the native abi3 wheel (``maturin build``), the pure-Python wheel
-(``scripts/build_pure_wheel.py``) and the sdist (``maturin sdist``, built by pip where Rust is
-available) each install into a fresh venv, import, report the right ``BACKEND`` and decode a
-recorded stream exactly as this checkout does; the pure wheel also passes a smoke subset of the
-test suite.
+"""Wheels: the native abi3 wheel (``make wheel``: manylinux_2_17, confirmed by auditwheel), the
+pure-Python wheel (``scripts/build_pure_wheel.py``) and the sdist (``maturin sdist``, rebuilt by
+pip into a wheel in an empty folder where Rust is available) each install into a fresh venv,
+import, report the right ``BACKEND`` and decode a recorded stream exactly as this checkout does;
+each carries the LICENSE and the version of Cargo.toml. The pure wheel passes a smoke subset of
+the suite, the sdist's wheel the core tests (scripts/test_pythons.sh on this interpreter).
 
-Slow (a few minutes on a fresh machine: Rust builds and PyPI downloads for msgspec, maturin,
-pytest, hypothesis), so it runs in one of the suite's two runs only: the one whose
-``RAPIDSSE_BACKEND`` is not ``python`` (``make test`` runs the suite once per backend). The Rust
-builds are release builds, as shipped (``maturin build --release``; pip's build of the sdist is
-release too): about a minute from cold on 2 cores, seconds after that, in a target folder of
-their own (``target/wheel-tests``) kept between runs.
+Slow (minutes on a fresh machine: Rust builds and PyPI downloads), so it runs in one of the
+suite's two runs only: the one whose ``RAPIDSSE_BACKEND`` is not ``python`` (``make test`` runs
+the suite once per backend); the backend is a property of the installed wheel, not of the run.
+The native wheel is the release build as shipped (fat LTO; minutes from cold on 2 cores), made
+by ``make wheel``, which ``make test-pythons`` then finds up to date and tests on every CPython:
+one release build per CI run. The sdist's wheel proves the sdist complete, not fast: it builds
+with the dev profile (``MATURIN_PEP517_ARGS``) in the checkout's ``target/`` (the dependencies
+``make dev`` compiled are reused; the crate itself compiles from the sdist's sources).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -33,8 +38,10 @@ if os.environ.get("RAPIDSSE_BACKEND") == "python":
     pytest.skip("the wheel tests run once per suite run, in its Rust (or unset-backend) run",
                 allow_module_level=True)
 
-TARGET_DIR = ROOT / "target" / "wheel-tests"
 RUST = shutil.which("cargo") is not None
+CARGO_VERSION = (
+    re.search(r'^\[package\]\s*$.*?^version\s*=\s*"([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M | re.S)[1]
+)
 
 
 def run(*args, cwd=None, env=None, timeout=900) -> str:
@@ -46,8 +53,8 @@ def run(*args, cwd=None, env=None, timeout=900) -> str:
     return proc.stdout
 
 
-def build_env() -> dict:
-    env = dict(os.environ, CARGO_TARGET_DIR=str(TARGET_DIR))
+def build_env(**extra) -> dict:
+    env = dict(os.environ, **extra)
     env.pop("RAPIDSSE_BACKEND", None)
     env.pop("VIRTUAL_ENV", None)
     return env
@@ -135,10 +142,26 @@ def check_record(wheel: Path) -> None:
             assert int(size) == len(data), name
 
 
+def check_licence_and_version(wheel: Path) -> None:
+    """The wheel carries LICENSE under .dist-info/licenses (PEP 639) and Cargo.toml's version."""
+    meta = metadata_of(wheel)
+    assert meta["Version"] == [CARGO_VERSION]
+    assert meta["License-Expression"] == ["MIT"] and meta["License-File"] == ["LICENSE"]
+    assert {url.split(",")[0] for url in meta["Project-URL"]} >= {"Homepage", "Repository", "Changelog"}
+    assert "Programming Language :: Python :: 3.10" in meta["Classifier"]
+    with zipfile.ZipFile(wheel) as zf:
+        licence = zf.read(f"rapidsse-{CARGO_VERSION}.dist-info/licenses/LICENSE")
+    assert licence == (ROOT / "LICENSE").read_bytes()
+
+
 def metadata_of(wheel: Path) -> dict:
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         text = zf.read(name).decode()
+    return parse_headers(text)
+
+
+def parse_headers(text: str) -> dict:
     headers: dict = {}
     for line in text.split("\n\n", 1)[0].splitlines():
         key, _, value = line.partition(": ")
@@ -167,6 +190,7 @@ def test_pure_wheel_is_py3_none_any_without_compiled_code(pure_wheel):
     assert meta["Name"] == ["rapidsse"]
     assert f'version = "{meta["Version"][0]}"' in cargo
     assert any(r.startswith("msgspec") for r in meta["Requires-Dist"])
+    check_licence_and_version(pure_wheel)
     check_record(pure_wheel)
 
 
@@ -189,27 +213,86 @@ def test_pure_wheel_installs_and_runs_on_the_python_backend(pure_wheel, tmp_path
     assert " passed" in out
 
 
+def make_wheel() -> Path:
+    """``make wheel`` (a no-op when the last build is newer than every tracked source)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    run("make", "-s", "-C", ROOT, "wheel", f"VENV={sys.prefix}", env=build_env(), timeout=3600)
+    (wheel,) = (ROOT / "target" / "wheelhouse").glob("*.whl")
+    return wheel
+
+
+def platform_tag(auditwheel_show: str) -> str:
+    match = re.search(r'consistent\s+with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"', auditwheel_show)
+    assert match, auditwheel_show
+    return match[1]
+
+
 @pytest.mark.skipif(not RUST, reason="no Rust toolchain (cargo) here")
-def test_native_wheel_installs_and_runs_on_the_rust_backend(tmp_path):
-    out = tmp_path / "wheels"
-    run(*maturin(), "build", "--release", "-q", "-o", out, "-i", sys.executable, cwd=ROOT, env=build_env(),
-        timeout=1800)
-    (wheel,) = out.glob("*.whl")
-    assert "-cp310-abi3-" in wheel.name, wheel.name
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64",
+                    reason="make wheel builds the Linux x86-64 wheel")
+def test_make_wheel_is_manylinux_2_17_and_installs_on_the_rust_backend(tmp_path):
+    wheel = make_wheel()
+    prefix = f"rapidsse-{CARGO_VERSION}-cp310-abi3-"
+    assert wheel.name.startswith(prefix), wheel.name
+    assert set(wheel.name[len(prefix):-len(".whl")].split(".")) == {"manylinux_2_17_x86_64", "manylinux2014_x86_64"}
+    auditwheel = Path(sys.executable).with_name("auditwheel")
+    show = run(auditwheel, "show", wheel)
+    # The lowest tag the binary's symbol versions allow: glibc 2.17, whatever this host has.
+    assert platform_tag(show) == "manylinux_2_17_x86_64", show
     with zipfile.ZipFile(wheel) as zf:
         assert [n for n in zf.namelist() if n.startswith("rapidsse/_rapidsse") and n.endswith(".so")]
     check_record(wheel)
+    check_licence_and_version(wheel)
     python = fresh_venv(tmp_path / "venv")
     pip_install(python, wheel)
     check_installed(python, "rust", tmp_path)
 
 
+def sdist_members(sdist: Path) -> set[str]:
+    with tarfile.open(sdist) as tf:
+        prefix = f"rapidsse-{CARGO_VERSION}/"
+        names = tf.getnames()
+    assert all(n.startswith(prefix) for n in names)
+    return {n[len(prefix):] for n in names}
+
+
+def tracked_sources() -> list[str]:
+    """What a build needs, as git tracks it: the Rust crate, the Python package, the build files."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = run("git", "ls-files", "rust", "python", "Cargo.toml", "Cargo.lock", "pyproject.toml", "README.md",
+              "LICENSE", cwd=ROOT)
+    return out.split()
+
+
 @pytest.mark.skipif(not RUST, reason="no Rust toolchain (cargo) here")
-def test_sdist_builds_the_native_extension(tmp_path):
+def test_sdist_is_complete_and_builds_a_wheel_that_passes_the_core_tests(tmp_path):
     out = tmp_path / "sdist"
     run(*maturin(), "sdist", "-o", out, cwd=ROOT, env=build_env())
     (sdist,) = out.glob("*.tar.gz")
-    python = fresh_venv(tmp_path / "venv")
-    # pip fetches maturin from PyPI (build isolation) and builds the extension (release).
-    pip_install(python, sdist, env=build_env())
-    check_installed(python, "rust", tmp_path)
+    members = sdist_members(sdist)
+    missing = [name for name in tracked_sources() if name not in members]
+    assert not missing, missing
+    assert {"LICENSE", "Cargo.lock", "PKG-INFO"} <= members
+    with tarfile.open(sdist) as tf:
+        pkg_info = parse_headers(tf.extractfile(f"rapidsse-{CARGO_VERSION}/PKG-INFO").read().decode())
+    assert pkg_info["Version"] == [CARGO_VERSION] and pkg_info["License-File"] == ["LICENSE"]
+
+    # Only the sdist in an empty folder; pip builds it in isolation (maturin from PyPI), with
+    # Cargo.lock as it is (--locked) and the quick dev profile.
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    shutil.copy(sdist, clean)
+    env = build_env(CARGO_TARGET_DIR=str(ROOT / "target"), MATURIN_PEP517_ARGS="--profile dev --locked")
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "-w", clean / "wheel",
+        clean / sdist.name, cwd=clean, env=env, timeout=1800)
+    (wheel,) = (clean / "wheel").glob("*.whl")
+    assert "-cp310-abi3-" in wheel.name, wheel.name
+    check_licence_and_version(wheel)
+    check_record(wheel)
+    # The core tests against that wheel installed in a fresh venv (the script checks the import).
+    env = build_env(WHEEL=str(wheel), PYTHONS=sys.executable, PYTHONS_VENVS=str(tmp_path / "venvs"))
+    env.pop("PYTHONPATH", None)
+    out = run("bash", ROOT / "scripts" / "test_pythons.sh", cwd=ROOT, env=env, timeout=1800)
+    assert f"rapidsse {CARGO_VERSION} from {os.path.realpath(tmp_path / 'venvs')}" in out and " passed" in out, out[-2000:]

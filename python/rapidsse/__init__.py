@@ -53,3 +53,20 @@ __all__ = [
     "iter_sse",
 ]
 __all__ += accumulate.__all__
+
+
+def __getattr__(name: str):
+    # ``rapidsse.__version__``: the installed distribution's version, which every build takes from
+    # the one version in Cargo.toml (maturin for the native wheel and the sdist,
+    # scripts/build_pure_wheel.py for the pure one). Looked up on first use, so that importing
+    # rapidsse does not pay for importlib.metadata.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("rapidsse")
+        except PackageNotFoundError:  # python/ put on sys.path by hand, nothing installed
+            value = "0+unknown"
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,8 @@
 
 ``rapidsse measure --url URL [--protocol P] [--num-prompts N] [--request-rate R] [--burstiness B]
 [--max-concurrency C] [--dataset FILE | --input-len L] [--output-len M] [--warmup W] [--seed S]
-[--percentiles 50,90,99] [--goodput ttft:MS tpot:MS e2el:MS] [--save-result FILE.json]``
+[--percentiles 50,90,99] [--goodput ttft:MS tpot:MS e2el:MS] [--save-result FILE.json]
+[--workers N|auto] [--ray [ADDRESS]]``
 
 Traffic is open loop, as in ``vllm bench serve``: request ``i`` is *due* at the ``i``-th arrival
 of a process with gamma-distributed gaps of mean ``1/R`` and shape ``B`` (``B = 1``: Poisson;
@@ -50,6 +51,9 @@ The client is made to stay out of its own measurements:
   flight. A request leaves no reference cycle behind, so nothing piles up meanwhile; what the
   driver does leave is collected when the run ends.
 
+``--workers N`` and ``--ray`` spread the same schedule over client processes or Ray actors and
+merge their samples into this module's report (:mod:`rapidsse.measure_workers`).
+
 Needs httptools (``pip install 'rapidsse[measure]'``); the progress bar needs rich.
 """
 
@@ -88,8 +92,10 @@ from .integrations import protocol_for_path
 
 __all__ = [
     "PROTOCOLS",
+    "LocalSlots",
     "RequestResult",
     "Run",
+    "Slots",
     "arrival_times",
     "TIMESTAMPS",
     "collector_paused",
@@ -98,8 +104,11 @@ __all__ = [
     "generated_prompts",
     "kernel_timestamps",
     "load_dataset",
+    "drive",
     "measure",
+    "merge",
     "percentile",
+    "prepared_target",
     "register",
     "request_body",
     "run",
@@ -264,6 +273,8 @@ class RequestResult:
 
     ok: bool = False
     status_code: int | None = None
+    index: int = 0
+    """Its place in the run's arrival order (from 0)."""
     error: str | None = None
     due: float = 0.0
     """When it was due, in seconds from the start of the run."""
@@ -899,6 +910,114 @@ class Run:
     timestamps: str = "read"
     """When a token counts as arrived: ``"kernel"`` (the kernel's receive timestamp) or ``"read"``
     (when the event loop read it)."""
+    interrupted: bool = False
+    """Whether it was stopped before its end (Ctrl-C)."""
+    worker_cpu: float = 0.0
+    """CPU seconds the worker processes or actors spent, each from its setup to its end (0 for a
+    run in this process: see :func:`time.process_time`)."""
+
+
+class Slots(abc.ABC):
+    """The ``--max-concurrency`` cap as the engine sees it: a request waits in :meth:`acquire` for
+    a slot and gives it back with :meth:`release`. :class:`LocalSlots` is one process's; the
+    workers of :mod:`rapidsse.measure_workers` ask their parent (or a Ray actor) for theirs, so
+    that the cap stays one for the whole run."""
+
+    @abc.abstractmethod
+    async def acquire(self, index: int) -> None:
+        """Waits for a slot for request ``index`` (its place in the arrival order)."""
+
+    @abc.abstractmethod
+    def release(self, index: int) -> None:
+        """Gives request ``index``'s slot back."""
+
+
+class LocalSlots(Slots):
+    """A cap within one event loop: an :class:`asyncio.Semaphore`, first come first served."""
+
+    def __init__(self, limit: int) -> None:
+        self._semaphore = asyncio.Semaphore(limit)
+
+    async def acquire(self, index: int) -> None:
+        await self._semaphore.acquire()
+
+    def release(self, index: int) -> None:
+        self._semaphore.release()
+
+
+def _check(protocol: str, bodies: Sequence[Any], count: int, warmup: int, max_concurrency: int | None) -> None:
+    if protocol not in _ADAPTERS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    if not bodies:
+        raise ValueError("no request bodies")
+    if count < 1 or warmup < 0 or (max_concurrency is not None and max_concurrency < 1):
+        raise ValueError("num_prompts and max_concurrency must be at least 1, warmup at least 0")
+
+
+async def prepared_target(url: str, protocol: str, headers: dict[str, str] | None, timestamps: str) -> _Target:
+    """The endpoint's connection details (with the addresses resolved for kernel timestamps)."""
+    all_headers = {"anthropic-version": ANTHROPIC_VERSION} if protocol == "anthropic" else {}
+    all_headers.update(headers or {})
+    return await _resolved(_target(url, all_headers), timestamps)
+
+
+async def drive(
+    target: _Target,
+    protocol: str,
+    bodies: Sequence[dict[str, Any]],
+    plan: Sequence[tuple[int, float]],
+    *,
+    slots: Slots | None = None,
+    warmup: int = 0,
+    warmup_slots: Slots | None = None,
+    timeout: float = 600.0,
+    on_result: Callable[[RequestResult], None] | None = None,
+    started: Callable[[], float | None] | None = None,
+) -> Run:
+    """The engine of one client process: sends request ``index`` (body ``index % len(bodies)``)
+    when it is due, ``offset`` seconds after the start, for each ``(index, offset)`` of ``plan``
+    (in arrival order), each waiting for one of ``slots`` first. ``warmup`` requests (the first
+    bodies, capped by ``warmup_slots``) run before the start and are not counted. ``started`` is
+    called just before the start (a barrier: it returns when the run is to start, with the start
+    instant on :func:`time.perf_counter`'s clock when the workers of a run share one; None: now).
+    :func:`measure` runs it for a whole schedule; each worker of
+    :mod:`rapidsse.measure_workers` for its share of one."""
+    loop = asyncio.get_running_loop()
+
+    async def send(body: dict[str, Any], due: float, result: RequestResult, cap: Slots | None,
+                   report: Callable[[RequestResult], None] | None) -> RequestResult:
+        if cap is not None:
+            await cap.acquire(result.index)
+        try:
+            result.queued = time.perf_counter() - due
+            await _one_request(target, protocol, body, due, result, timeout)
+        finally:
+            if cap is not None:
+                cap.release(result.index)
+        if report is not None:
+            report(result)
+        return result
+
+    if warmup:
+        now = time.perf_counter()
+        await asyncio.gather(*(send(bodies[i % len(bodies)], now, RequestResult(index=i), warmup_slots, None)
+                               for i in range(warmup)))
+
+    with collector_paused():
+        start = started() if started is not None else None
+        if start is None:
+            start = time.perf_counter()
+        tasks = []
+        for index, offset in plan:
+            due = start + offset
+            wait = due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            result = RequestResult(index=index, due=offset)
+            tasks.append(loop.create_task(send(bodies[index % len(bodies)], due, result, slots, on_result)))
+        results = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - start
+    return Run(list(results), duration, "kernel" if target.addresses else "read")
 
 
 async def measure(
@@ -927,52 +1046,29 @@ async def measure(
     the client itself takes to get round to a read (other streams, a busy core) stays out of TTFT,
     ITL and E2EL; ``"read"``: the moment the event loop hands the bytes over; ``"auto"`` (the
     default): kernel where it can, else read.
+
+    One process, one event loop; :func:`rapidsse.measure_workers.measure_workers` spreads the same
+    schedule over several.
     """
-    if protocol not in _ADAPTERS:
-        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
-    if not bodies:
-        raise ValueError("no request bodies")
     count = len(bodies) if num_prompts is None else num_prompts
-    if count < 1 or warmup < 0 or (max_concurrency is not None and max_concurrency < 1):
-        raise ValueError("num_prompts and max_concurrency must be at least 1, warmup at least 0")
-    all_headers = {"anthropic-version": ANTHROPIC_VERSION} if protocol == "anthropic" else {}
-    all_headers.update(headers or {})
-    target = await _resolved(_target(url, all_headers), timestamps)
-    offsets = arrival_times(count, request_rate, burstiness, seed)
-    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    loop = asyncio.get_running_loop()
+    _check(protocol, bodies, count, warmup, max_concurrency)
+    target = await prepared_target(url, protocol, headers, timestamps)
+    plan = list(enumerate(arrival_times(count, request_rate, burstiness, seed)))
+    slots = LocalSlots(max_concurrency) if max_concurrency else None
+    return await drive(target, protocol, bodies, plan, slots=slots, warmup=warmup, warmup_slots=slots,
+                       timeout=timeout, on_result=on_result)
 
-    async def send(body: dict[str, Any], due: float, result: RequestResult,
-                   report: Callable[[RequestResult], None] | None) -> RequestResult:
-        if slots is not None:
-            await slots.acquire()
-        try:
-            result.queued = time.perf_counter() - due
-            await _one_request(target, protocol, body, due, result, timeout)
-        finally:
-            if slots is not None:
-                slots.release()
-        if report is not None:
-            report(result)
-        return result
 
-    if warmup:
-        now = time.perf_counter()
-        await asyncio.gather(*(send(bodies[i % len(bodies)], now, RequestResult(), None) for i in range(warmup)))
-
-    with collector_paused():
-        start = time.perf_counter()
-        tasks = []
-        for index, offset in enumerate(offsets):
-            due = start + offset
-            wait = due - time.perf_counter()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            result = RequestResult(due=offset)
-            tasks.append(loop.create_task(send(bodies[index % len(bodies)], due, result, on_result)))
-        results = await asyncio.gather(*tasks)
-        duration = time.perf_counter() - start
-    return Run(list(results), duration, "kernel" if target.addresses else "read")
+def merge(parts: Iterable[Run]) -> Run:
+    """One run from the runs of workers that shared one schedule (each request in one of them):
+    the results in arrival order (by :attr:`RequestResult.index`), as one process would have them,
+    and the longest duration (every worker started on the same barrier). :func:`summarize` of the
+    merge is the report one process would give for the same samples."""
+    parts = list(parts)
+    results = sorted((r for part in parts for r in part.results), key=lambda r: r.index)
+    kinds = sorted({part.timestamps for part in parts}) or ["read"]
+    return Run(results, max((part.duration for part in parts), default=0.0), "+".join(kinds),
+               worker_cpu=sum(part.worker_cpu for part in parts))
 
 
 @contextlib.contextmanager
@@ -1196,6 +1292,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                         help="event loop (default: uvloop when installed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--workers", default="1", metavar="N|auto",
+                        help="client processes sharing the run's schedule and cap, samples merged exactly; "
+                             "auto: one per core (with --ray: actors in total, auto: one per CPU of the cluster; "
+                             "default: %(default)s)")
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="run the workers as Ray actors across the nodes of the cluster at ADDRESS "
+                             "(none: the one Ray finds, or a local one); needs pip install 'rapidsse[ray]'")
     parser.set_defaults(func=run)
 
 
@@ -1265,21 +1368,33 @@ def run(args: argparse.Namespace) -> int:
         count = args.num_prompts or (len(bodies) if args.dataset else 10)
         arrival_times(1, args.request_rate, args.burstiness)  # validates both
         _target(url, headers)
+        workers = _workers(args.workers, args.ray is not None)
     except (ValueError, OSError) as exc:
         print(f"rapidsse measure: {exc}", file=sys.stderr)
         return 1
 
     advance, stop = _progress(count, not args.no_progress)
+    options = dict(protocol=protocol, num_prompts=count, request_rate=args.request_rate, burstiness=args.burstiness,
+                   max_concurrency=args.max_concurrency, warmup=args.warmup, seed=args.seed, headers=headers,
+                   timeout=args.timeout, on_result=advance, timestamps=args.timestamps)
     try:
-        result = run_loop(measure(url, bodies, protocol=protocol, num_prompts=count,
-                                     request_rate=args.request_rate, burstiness=args.burstiness,
-                                     max_concurrency=args.max_concurrency, warmup=args.warmup, seed=args.seed,
-                                     headers=headers, timeout=args.timeout, on_result=advance, timestamps=args.timestamps),
-                          args.loop)
-    except ImportError:
-        print("rapidsse measure: --loop uvloop needs uvloop: pip install uvloop", file=sys.stderr)
+        if args.ray is not None:
+            from .measure_workers import measure_ray
+
+            result = measure_ray(url, bodies, workers, address=args.ray, loop=args.loop, **options)
+        elif workers is not None and workers > 1:
+            from .measure_workers import measure_workers
+
+            result = measure_workers(url, bodies, workers, loop=args.loop, **options)
+        else:
+            result = run_loop(measure(url, bodies, **options), args.loop)
+    except ImportError as exc:
+        if exc.name == "ray":
+            print("rapidsse measure: --ray needs Ray: pip install 'rapidsse[ray]'", file=sys.stderr)
+        else:
+            print("rapidsse measure: --loop uvloop needs uvloop: pip install uvloop", file=sys.stderr)
         return 1
-    except ValueError as exc:
+    except (ValueError, TimeoutError) as exc:
         print(f"rapidsse measure: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -1304,4 +1419,24 @@ def run(args: argparse.Namespace) -> int:
         if args.save_result:
             with open(args.save_result, "w", encoding="utf-8") as out:
                 json.dump(report, out, indent=2)
+    if result.interrupted:
+        return 130
     return 0 if report["failed"] == 0 else 1
+
+
+def _workers(value: str, ray: bool) -> int | None:
+    """``--workers``: a number at least 1, or ``auto`` (one per core; with Ray, None: one per CPU
+    of the cluster)."""
+    if value == "auto":
+        if ray:
+            return None
+        from .measure_workers import cpu_count
+
+        return cpu_count()
+    try:
+        workers = int(value)
+    except ValueError:
+        workers = 0
+    if workers < 1:
+        raise ValueError(f"--workers must be a number at least 1, or auto, not {value!r}")
+    return workers

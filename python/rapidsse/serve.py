@@ -61,9 +61,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import gc
 import heapq
 import itertools
+import os
 import re
 import socket
 import sys
@@ -88,6 +90,7 @@ __all__ = [
     "ReplayServer",
     "Synthetic",
     "SyntheticServer",
+    "Tally",
     "create_app",
     "create_synthetic_app",
     "detect_protocol",
@@ -624,11 +627,70 @@ _SYNTHETIC_STREAMS: dict[str, Callable[[_Plan], Iterator[bytes]]] = {
 }
 
 
+class Tally:
+    """Counts of durations (seconds) for ``/health``: 1 µs bins up to 32.768 ms, then 1 ms bins up
+    to about 32.8 s (the last bin also takes anything longer), and the exact maximum. Fixed-size
+    ctypes arrays, so that the tallies of several server processes can live in shared memory
+    (:meth:`shared`) and be read together by whichever process answers ``/health``."""
+
+    FINE = 32768
+    COARSE = 32768
+    SIZE = FINE + COARSE
+
+    def __init__(self, counts: Any = None, peak: Any = None) -> None:
+        import ctypes
+
+        self.counts = counts if counts is not None else (ctypes.c_int64 * self.SIZE)()
+        self.peak = peak if peak is not None else (ctypes.c_double * 1)()
+
+    @classmethod
+    def shared(cls, context: Any) -> Tally:
+        """A tally in shared memory of ``context`` (a multiprocessing context), to hand to a child."""
+        return cls(context.RawArray("q", cls.SIZE), context.RawArray("d", 1))
+
+    def __reduce__(self) -> Any:  # (passed to a spawned child by its shared arrays)
+        return (Tally, (self.counts, self.peak))
+
+    def add(self, seconds: float) -> None:
+        micros = int(seconds * 1e6)
+        if micros < self.FINE:
+            self.counts[micros if micros > 0 else 0] += 1
+        else:
+            self.counts[min(self.FINE + (micros - self.FINE) // 1000, self.SIZE - 1)] += 1
+        if seconds > self.peak[0]:
+            self.peak[0] = seconds
+
+    def reset(self) -> None:
+        import ctypes
+
+        ctypes.memset(self.counts, 0, ctypes.sizeof(self.counts))
+        self.peak[0] = 0.0
+
+    @classmethod
+    def stats(cls, tallies: Sequence[Tally]) -> dict[str, Any]:
+        """count, median, p99 and max in ms of all ``tallies`` together (a percentile as its bin's
+        lower edge: within 1 µs below 32 ms, 1 ms above)."""
+        counts = [sum(column) for column in zip(*(t.counts for t in tallies))] if len(tallies) > 1 \
+            else list(tallies[0].counts)
+        total = sum(counts)
+        if not total:
+            return {"count": 0, "median_ms": None, "p99_ms": None, "max_ms": None}
+        cumulative = list(itertools.accumulate(counts))
+
+        def at(q: float) -> float:
+            rank = min(total - 1, int(q * total))  # the sample of that rank, counting from 0
+            index = bisect.bisect_right(cumulative, rank)
+            return index / 1000.0 if index < cls.FINE else cls.FINE / 1000.0 + (index - cls.FINE)
+
+        return {"count": total, "median_ms": at(0.5), "p99_ms": at(0.99),
+                "max_ms": max(t.peak[0] for t in tallies) * 1000.0}
+
+
 class _SyntheticRoute:
     """The ASGI callable of one protocol's synthetic route."""
 
-    def __init__(self, protocol: str, synthetic: Synthetic, clocks: dict[Any, _Clock], lateness: list[float],
-                 gaps: list[float]) -> None:
+    def __init__(self, protocol: str, synthetic: Synthetic, clocks: dict[Any, _Clock], lateness: Tally,
+                 gaps: Tally) -> None:
         self.protocol = protocol
         self.synthetic = synthetic
         self.pacing = synthetic.pacing
@@ -691,8 +753,8 @@ class _SyntheticRoute:
             if opening:
                 await send({"type": "http.response.body", "body": opening, "more_body": True})
             due = self.pacing.due
-            late = self._lateness.append
-            gap = self._gaps.append
+            late = self._lateness.add
+            gap = self._gaps.add
             sent = None
             for index, data in enumerate(events):
                 deadline = start + due(index)
@@ -717,8 +779,13 @@ class _SyntheticRoute:
             pass
 
 
-def create_synthetic_app(synthetic: Synthetic = Synthetic()) -> Any:
-    """The Starlette app of the synthetic server: every streaming route of :data:`ROUTES`."""
+def create_synthetic_app(synthetic: Synthetic = Synthetic(), *,
+                         tallies: Sequence[tuple[Tally, Tally]] | None = None, own: int = 0) -> Any:
+    """The Starlette app of the synthetic server: every streaming route of :data:`ROUTES`.
+
+    ``tallies``: the (lateness, ITL) :class:`Tally` pair of every process of a server of several
+    (``serve --synthetic --workers``), this one's at ``own``; ``/health`` reports them all
+    together. Default: one pair of its own."""
     _require_server_packages()
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -726,23 +793,20 @@ def create_synthetic_app(synthetic: Synthetic = Synthetic()) -> Any:
     from starlette.routing import Route
 
     clocks: dict[Any, _Clock] = {}
-    lateness: list[float] = []
-    gaps: list[float] = []
-
-    def stats(values: list[float]) -> dict[str, Any]:
-        ordered = sorted(values)
-
-        def at(q: float) -> float | None:
-            return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0 if ordered else None
-
-        return {"count": len(ordered), "median_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)}
+    tallies = list(tallies) if tallies is not None else [(Tally(), Tally())]
+    lateness, gaps = tallies[own]
 
     async def health(request: Request) -> Response:
         spec = {"tokens": synthetic.tokens, "rate": synthetic.rate, "ttft": synthetic.ttft}
-        body = {"status": "ok", "synthetic": spec, "lateness": stats(lateness), "itl": stats(gaps)}
+        body = {"status": "ok", "synthetic": spec, "lateness": Tally.stats([late for late, _ in tallies]),
+                "itl": Tally.stats([gap for _, gap in tallies])}
+        if len(tallies) > 1:
+            body["workers"] = len(tallies)
+            body["pid"] = os.getpid()  # (of the one that answered)
         if "reset" in request.query_params:
-            lateness.clear()
-            gaps.clear()
+            for pair in tallies:
+                for tally in pair:
+                    tally.reset()
         return JSONResponse(body)
 
     routes = [Route(path, _SyntheticRoute(protocol, synthetic, clocks, lateness, gaps), methods=["POST"])
@@ -753,19 +817,23 @@ def create_synthetic_app(synthetic: Synthetic = Synthetic()) -> Any:
 # --- Running it -------------------------------------------------------------------------------
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket on ``host``:``port`` (``0``: a free port)."""
+def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening-ready TCP socket on ``host``:``port`` (``0``: a free port); ``reuse_port``:
+    with ``SO_REUSEPORT``, so that several processes can each listen on the port (the kernel
+    spreads the connections over them)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
 
 
-def listen(command: str, host: str, port: int) -> tuple[socket.socket, str] | None:
-    """The listening socket of ``rapidsse <command>`` and its ``http://host:port``; None (after
-    saying why on stderr) when the address cannot be had."""
+def listen(command: str, host: str, port: int, *, reuse_port: bool = False) -> tuple[socket.socket, str] | None:
+    """The listening socket of ``rapidsse <command>`` (see :func:`_bind`) and its
+    ``http://host:port``; None (after saying why on stderr) when the address cannot be had."""
     try:
-        sock = _bind(host, port)
+        sock = _bind(host, port, reuse_port=reuse_port)
     except OSError as exc:
         print(f"rapidsse {command}: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
         return None
@@ -923,6 +991,9 @@ def register(subparsers: Any) -> None:
                         help="milliseconds before the first event or token (default: 0 for replay, "
                              "100 for synthetic)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="synthetic: server processes on the one port (SO_REUSEPORT), each pacing its own "
+                             "streams; /health reports them all (default: %(default)s)")
     parser.set_defaults(func=run)
 
 
@@ -940,6 +1011,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--synthetic generates its streams: give it no files")
         if not synthetic and not args.files:
             raise ValueError("give recordings to replay, or --synthetic")
+        workers = getattr(args, "workers", 1)
+        if workers < 1 or (workers > 1 and not synthetic):
+            raise ValueError("--workers is for --synthetic, and at least 1")
         if synthetic:
             spec = Synthetic(tokens=args.tokens, rate=50.0 if args.rate is None else args.rate,
                              ttft=0.1 if args.ttft is None else args.ttft / 1000.0)
@@ -958,14 +1032,18 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, SSEError) as exc:
             print(f"rapidsse serve: {exc}", file=sys.stderr)
             return 2
-    listening = listen("serve", args.host, args.port)
+    reuse_port = workers > 1 and hasattr(socket, "SO_REUSEPORT")
+    listening = listen("serve", args.host, args.port, reuse_port=reuse_port)
     if listening is None:
         return 1
     sock, url = listening
     import uvicorn
 
+    port = sock.getsockname()[1]
+    if synthetic and workers > 1:
+        return _serve_workers(spec, sock, workers, reuse_port, args.host, port, args.log_level)
     if synthetic:
-        what = (f"synthetic streams of {spec.tokens} tokens at {spec.rate:g} tokens/s after {spec.ttft * 1000:g} ms")
+        what = _synthetic_banner(spec)
         app = create_synthetic_app(spec)
     else:
         counts = {p: sum(r.protocol == p for r in recordings) for p in PROTOCOLS}
@@ -974,13 +1052,97 @@ def run(args: argparse.Namespace) -> int:
     print(f"rapidsse serve: {what} on {url}/v1", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level=args.log_level)
     if synthetic:
-        # A collection of the cyclic garbage collector would stop every stream for milliseconds,
-        # the whole error budget of the ITL it paces. A synthetic stream makes no reference cycle
-        # (tests/test_measure.py checks it), so the collector is not needed: freeze what startup
-        # made and switch it off. (SyntheticServer, in a thread of someone else's process, leaves
-        # that process's collector alone.)
-        gc.collect()
-        gc.freeze()
-        gc.disable()
+        _collector_off()
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def _collector_off() -> None:
+    # A collection of the cyclic garbage collector would stop every stream for milliseconds, the
+    # whole error budget of the ITL it paces. A synthetic stream makes no reference cycle
+    # (tests/test_measure.py checks it), so the collector is not needed: freeze what startup made
+    # and switch it off. (SyntheticServer, in a thread of someone else's process, leaves that
+    # process's collector alone.)
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+
+
+def _synthetic_banner(spec: Synthetic) -> str:
+    return f"synthetic streams of {spec.tokens} tokens at {spec.rate:g} tokens/s after {spec.ttft * 1000:g} ms"
+
+
+def _serve_workers(spec: Synthetic, sock: socket.socket, workers: int, reuse_port: bool, host: str, port: int,
+                   log_level: str) -> int:
+    """``serve --synthetic --workers N``: N spawned server processes, each listening on the port
+    with ``SO_REUSEPORT`` (where the OS has none: all accepting on this process's socket), each
+    pacing its own streams with its own clock and tallying into shared memory, so that
+    ``/health``, whichever process answers it, reports all of them. Serves until interrupted, or
+    until a worker dies (the others are stopped: a server short of a worker is not the one asked
+    for)."""
+    import multiprocessing
+    import multiprocessing.connection
+
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)  # (so that the workers are stopped too)
+
+    signal.signal(signal.SIGTERM, stop)
+    context = multiprocessing.get_context("spawn")
+    tallies = [(Tally.shared(context), Tally.shared(context)) for _ in range(workers)]
+    ready = [context.Event() for _ in range(workers)]
+    shared = None if reuse_port else sock
+    if shared is not None:
+        shared.listen(2048)
+    processes = [context.Process(target=_synthetic_worker, name=f"rapidsse-serve-{number}", daemon=True,
+                                 args=(spec, tallies, number, host, port, shared, log_level, ready[number]))
+                 for number in range(workers)]
+    try:
+        for process in processes:
+            process.start()
+        for number, process in enumerate(processes):
+            while not ready[number].wait(0.1):
+                if not process.is_alive():
+                    print(f"rapidsse serve: worker {number} failed to start (exit code {process.exitcode})",
+                          file=sys.stderr)
+                    return 1
+        shown = f"[{host}]" if ":" in host else host
+        how = "SO_REUSEPORT" if reuse_port else "one shared socket"
+        print(f"rapidsse serve: {_synthetic_banner(spec)}, {workers} workers ({how}) on http://{shown}:{port}/v1",
+              file=sys.stderr, flush=True)
+        ended = multiprocessing.connection.wait([p.sentinel for p in processes])
+        number = next(n for n, p in enumerate(processes) if p.sentinel in ended)
+        print(f"rapidsse serve: worker {number} exited (code {processes[number].exitcode}); stopping",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop_processes(processes)
+        sock.close()
+
+
+def _synthetic_worker(spec: Synthetic, tallies: list[tuple[Tally, Tally]], own: int, host: str, port: int,
+                      shared: socket.socket | None, log_level: str, ready: Any) -> None:
+    """One process of :func:`_serve_workers`."""
+    import signal
+
+    import uvicorn
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the parent stops the workers)
+    parent = os.getppid()
+
+    def orphaned() -> None:  # a parent killed without its cleanup: do not serve on alone
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)  # (uvicorn's own graceful exit)
+
+    threading.Thread(target=orphaned, name="orphaned", daemon=True).start()
+    sock = shared if shared is not None else _bind(host, port, reuse_port=True)
+    sock.listen(2048)
+    app = create_synthetic_app(spec, tallies=tallies, own=own)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level))
+    ready.set()  # (connections queue on the listening socket until uvicorn accepts them)
+    _collector_off()
+    server.run(sockets=[sock])
