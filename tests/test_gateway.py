@@ -334,13 +334,14 @@ def test_httpx_sse_integration_through_the_gateway(gateway, replay, records):
     records.take(len(files))
 
 
-def test_realtime_sessions_through_the_gateway(gateway, replay, records):
+def test_realtime_sessions_through_the_gateway(small_gateway, small_replay, records):
+    gateway, replay = small_gateway, small_replay
     websockets = pytest.importorskip("websockets")
-    files = RECORDINGS["realtime"]
+    files = SMALL["realtime"]
     ws_url = "ws" + gateway.url[len("http"):] + "/v1/realtime?model=gpt-realtime"
 
     async def session(url: str) -> list[str]:
-        async with websockets.connect(url, open_timeout=TIMEOUT, close_timeout=5,
+        async with websockets.connect(url, open_timeout=TIMEOUT, close_timeout=2,
                                       additional_headers={"authorization": "Bearer k"}) as ws:
             try:
                 await ws.send(json.dumps({"type": "response.create"}))
@@ -351,8 +352,8 @@ def test_realtime_sessions_through_the_gateway(gateway, replay, records):
     async def sessions(url: str) -> list[list[str]]:
         return [await session(url) for _ in files]
 
-    through = asyncio.run(asyncio.wait_for(sessions(ws_url), 60))
-    direct = asyncio.run(asyncio.wait_for(sessions(replay.ws_url), 60))
+    through = asyncio.run(asyncio.wait_for(sessions(ws_url), 120))
+    direct = asyncio.run(asyncio.wait_for(sessions(replay.ws_url), 120))
     assert through == direct
     expected = [[line.decode() for line in p.read_bytes().splitlines() if line.strip()] for p in files]
     assert sorted(map(tuple, through)) == sorted(map(tuple, expected))
