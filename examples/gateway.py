@@ -1,111 +1,86 @@
-"""A streaming gateway: forwards ``POST /v1/responses`` to an upstream server byte for byte, and
-taps the same bytes with a :class:`rapidsse.ResponseAccumulator` for logging and billing.
+"""A billing gateway: :func:`rapidsse.gateway.create_gateway` in front of an LLM API, with an
+``on_complete`` that charges each exchange's tokens to the API key that made it.
 
-The client gets exactly what the upstream sent (no re-encoding, no added latency beyond one copy);
-the accumulator reads each chunk as it passes and creates no Python object per
-event. When the stream ends (or the client leaves), the gateway logs the response id, status,
-usage and output length, and calls ``on_complete`` (e.g. to bill the tokens).
+The gateway forwards every request untouched and streams every reply back byte for byte; the tap
+reads the same bytes and, when an exchange ends, hands its record (protocol, model, outcome,
+tokens normalised across OpenAI, Anthropic and Gemini, ...) to ``on_complete``. Exchanges the
+client left early or upstream cut still carry the tokens upstream reported by then, if any.
 
-Run it (needs starlette, uvicorn and httpx) against a local replay of a recording::
+Run it (``pip install 'rapidsse[gateway]'``) in front of the synthetic server::
 
-    rapidsse serve corpus/responses/some.sse --port 8000 &
-    UPSTREAM_URL=http://127.0.0.1:8000/v1/responses python examples/gateway.py   # listens on :8080
-    curl -N http://127.0.0.1:8080/v1/responses -d '{"stream": true}'
+    rapidsse serve --synthetic --port 8000 &
+    UPSTREAM_URL=http://127.0.0.1:8000 uvicorn examples.gateway:app --port 8080
+    curl -N http://127.0.0.1:8080/v1/chat/completions -H 'authorization: Bearer key-1' \\
+        -d '{"stream": true, "messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": true}}'
 
-(or ``uvicorn examples.gateway:app``, with your own logging configuration).
-
-The upstream is asked for an uncompressed body (``Accept-Encoding: identity``), so the raw bytes
-forwarded are the SSE text the accumulator reads.
+(``rapidsse gateway --upstream URL`` runs the same gateway with the default ``on_complete``: a JSON
+line per exchange.)
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections import defaultdict
+from contextvars import ContextVar
 from typing import Any
 
-import httpx
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from rapidsse.gateway import ExchangeRecord, create_gateway
 
-from rapidsse import ResponseAccumulator
+logger = logging.getLogger("billing")
 
-logger = logging.getLogger("rapidsse.gateway")
-
-#: Request headers passed upstream (the rest, e.g. cookies and hop-by-hop headers, are not).
-FORWARDED_REQUEST_HEADERS = ("authorization", "content-type", "openai-organization", "openai-project", "openai-beta")
-#: Response headers not passed back: hop-by-hop ones, and those the ASGI server sets itself.
-DROPPED_RESPONSE_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding",
-                            "date", "server"}
-
-OnComplete = Callable[[ResponseAccumulator], Any]
+#: Price per million tokens, by kind: (input not cached, cached input, output).
+PRICES = {"default": (2.50, 1.25, 10.00)}
 
 
-def log_usage(accumulator: ResponseAccumulator) -> None:
-    """The default ``on_complete``: one log line per streamed response."""
-    response = accumulator.response
-    usage = response.usage if response is not None else None
-    logger.info(
-        "response %s: status=%s output_text=%d chars, input_tokens=%s output_tokens=%s, %d events",
-        response.id if response is not None else None,
-        response.status if response is not None else None,
-        len(accumulator.output_text),
-        usage.input_tokens if usage is not None else None,
-        usage.output_tokens if usage is not None else None,
-        accumulator.events,
-    )
+class Ledger:
+    """What each API key owes, in dollars (in memory: a real one writes to a database)."""
+
+    def __init__(self) -> None:
+        self.owed: dict[str, float] = defaultdict(float)
+        self.records: list[ExchangeRecord] = []
+
+    def charge(self, key: str, record: ExchangeRecord) -> float:
+        tokens = record.tokens
+        if tokens is None:  # upstream reported no usage: nothing is guessed
+            return 0.0
+        fresh, cached, output = PRICES.get(record.model or "", PRICES["default"])
+        cached_tokens = tokens.cached or 0
+        cost = ((tokens.input or 0) - cached_tokens) * fresh + cached_tokens * cached + (tokens.output or 0) * output
+        self.owed[key] += cost / 1e6
+        self.records.append(record)
+        return cost / 1e6
 
 
-def create_app(upstream_url: str, *, on_complete: OnComplete = log_usage, timeout: float = 300.0) -> Starlette:
-    """The gateway app, proxying ``POST /v1/responses`` to ``upstream_url`` (a full endpoint URL)."""
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0)) as client:
-            app.state.client = client
-            yield
-
-    async def responses(request: Request) -> Response:
-        client: httpx.AsyncClient = request.app.state.client
-        headers = {name: value for name in FORWARDED_REQUEST_HEADERS if (value := request.headers.get(name))}
-        headers["accept-encoding"] = "identity"
-        upstream_request = client.build_request("POST", upstream_url, content=await request.body(), headers=headers)
-        try:
-            upstream = await client.send(upstream_request, stream=True)
-        except httpx.HTTPError as exc:
-            logger.warning("upstream %s unreachable: %s", upstream_url, exc)
-            error = {"error": {"message": "the upstream server is unreachable", "type": "bad_gateway"}}
-            return JSONResponse(error, status_code=502)
-        is_stream = upstream.headers.get("content-type", "").startswith("text/event-stream")
-
-        async def relay() -> AsyncIterator[bytes]:
-            accumulator = ResponseAccumulator(on_error="skip")
-            try:
-                async for chunk in upstream.aiter_raw():
-                    if is_stream:
-                        accumulator.feed(chunk)
-                    yield chunk
-            finally:
-                await upstream.aclose()
-                if is_stream:
-                    accumulator.close()
-                    on_complete(accumulator)
-
-        passed = {k: v for k, v in upstream.headers.items() if k.lower() not in DROPPED_RESPONSE_HEADERS}
-        return StreamingResponse(relay(), status_code=upstream.status_code, headers=passed)
-
-    return Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])], lifespan=lifespan)
+def api_key(headers: Any) -> str:
+    """A short fingerprint of the request's API key (never the key itself)."""
+    for name, value in headers:
+        if name in (b"authorization", b"x-api-key", b"x-goog-api-key"):
+            return hashlib.sha256(value).hexdigest()[:12]
+    return "anonymous"
 
 
-app = create_app(os.environ.get("UPSTREAM_URL", "http://127.0.0.1:8000/v1/responses"))
+def create_app(upstream_url: str, ledger: Ledger) -> Any:
+    """The gateway to ``upstream_url``, charging ``ledger``. The key is read from the request's
+    headers by a small ASGI wrapper and reaches ``on_complete`` through a context variable
+    (``on_complete`` runs in the exchange's own task)."""
+    caller: ContextVar[str] = ContextVar("caller", default="anonymous")
+
+    def bill(record: ExchangeRecord, accumulator: Any) -> None:
+        key = caller.get()
+        cost = ledger.charge(key, record)
+        logger.info("%s %s %s %s: %s, $%.6f", key, record.protocol, record.model, record.outcome, record.tokens, cost)
+
+    gateway = create_gateway(upstream_url, on_complete=bill)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            caller.set(api_key(scope["headers"]))
+        await gateway(scope, receive, send)
+
+    return app
 
 
-if __name__ == "__main__":
-    import uvicorn
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8080")))
+ledger = Ledger()
+app = create_app(os.environ.get("UPSTREAM_URL", "http://127.0.0.1:8000"), ledger)

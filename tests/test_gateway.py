@@ -1,97 +1,705 @@
-"""examples/gateway.py between the replay server (upstream) and clients, all on loopback: the
-clients get the upstream bytes exactly, and the tap's result equals the file's accumulated response."""
+"""rapidsse.gateway between real clients and the replay and synthetic servers, all on loopback:
+byte-identical streams, the same final objects as talking to the server directly, one record per
+exchange with the recording's usage; and each fault outcome with its own upstream."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
+import logging
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
 
 import pytest
 
-pytest.importorskip("starlette")
+pytest.importorskip("aiohttp")
 pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
 httpx = pytest.importorskip("httpx")
 
-from rapidsse import ResponseAccumulator  # noqa: E402
-from rapidsse.serve import BackgroundServer, ReplayServer  # noqa: E402
+import rapidsse  # noqa: E402
+from rapidsse import RealtimeAccumulator  # noqa: E402
+from rapidsse.gateway import ExchangeRecord, Tokens, create_gateway  # noqa: E402
+from rapidsse.integrations import to_builtins  # noqa: E402
+from rapidsse.serve import BackgroundServer, ReplayServer, Synthetic, SyntheticServer  # noqa: E402
 
 from .conftest import ROOT, corpus_files  # noqa: E402
 
-RESPONSES = corpus_files("responses")
-TIMEOUT = 10.0
+TIMEOUT = 20.0
+KINDS = ("responses", "chat", "anthropic", "gemini")
+RECORDINGS = {kind: corpus_files(kind) for kind in (*KINDS, "realtime")}
+ROUTES = {"responses": "/v1/responses", "chat": "/v1/chat/completions", "anthropic": "/v1/messages",
+          "gemini": "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", "completions": "/v1/completions"}
+FINAL = {"responses": "response", "chat": "completion", "completions": "completion", "anthropic": "message",
+         "gemini": "response"}
+ACCUMULATORS = {"responses": rapidsse.ResponseAccumulator, "chat": rapidsse.ChatAccumulator,
+                "completions": rapidsse.CompletionsAccumulator, "anthropic": rapidsse.AnthropicAccumulator,
+                "gemini": rapidsse.GeminiAccumulator}
 
 
-@pytest.fixture(scope="module")
-def gateway_module():
-    spec = importlib.util.spec_from_file_location("rapidsse_example_gateway", ROOT / "examples" / "gateway.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+class Records:
+    """An ``on_complete`` that keeps what it is given; ``wait`` for the records of exchanges that
+    end after the client has its reply."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[ExchangeRecord, object]] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, record: ExchangeRecord, accumulator: object) -> None:
+        with self._changed:
+            self.items.append((record, accumulator))
+            self._changed.notify_all()
+
+    def wait(self, count: int) -> list[ExchangeRecord]:
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self.items) >= count, TIMEOUT), self.items
+            return [record for record, _ in self.items]
+
+    def take(self, count: int) -> list[tuple[ExchangeRecord, object]]:
+        self.wait(count)
+        with self._changed:
+            taken, self.items = self.items[:count], self.items[count:]
+        return taken
 
 
-def accumulated(path):
-    acc = ResponseAccumulator()
-    acc.feed(path.read_bytes())
+def recording_of(protocol: str, record: ExchangeRecord, accumulator, files: list[Path]) -> Path:
+    """The recording a tapped record was made of: its size, and the same final object."""
+    built = getattr(accumulator, FINAL[protocol])
+    found = [p for p in files if p.stat().st_size == record.bytes and final_of(protocol, p.read_bytes()) == built]
+    assert found, record
+    return found[0]
+
+
+def accumulated(protocol: str, data: bytes):
+    acc = ACCUMULATORS[protocol]()
+    acc.feed(data)
     acc.close()
     return acc
 
 
-def test_gateway_forwards_bytes_and_taps_the_response(gateway_module, caplog):
-    small = next(p for p in RESPONSES if "include_raw_annotations" in p.name)
-    big = max(RESPONSES, key=lambda p: p.stat().st_size)
-    tapped: list[ResponseAccumulator] = []
-
-    def on_complete(acc):
-        gateway_module.log_usage(acc)
-        tapped.append(acc)
-
-    with ReplayServer([small, big], rate=5000) as upstream:
-        app = gateway_module.create_app(upstream.url + "/v1/responses", on_complete=on_complete)
-        with BackgroundServer(app) as gateway, caplog.at_level("INFO", logger="rapidsse.gateway"):
-            url = gateway.url + "/v1/responses"
-            with httpx.Client(timeout=TIMEOUT) as client:
-                with client.stream("POST", url, json={"stream": True}, headers={"authorization": "Bearer x"}) as r:
-                    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-                    body = b"".join(r.iter_raw())
-            assert body == small.read_bytes()
-
-            async def several() -> list[bytes]:
-                async with httpx.AsyncClient(timeout=TIMEOUT) as client:
-
-                    async def one() -> bytes:
-                        async with client.stream("POST", url, json={"stream": True}) as response:
-                            return b"".join([chunk async for chunk in response.aiter_raw()])
-
-                    return await asyncio.gather(*(one() for _ in range(4)))
-
-            bodies = asyncio.run(asyncio.wait_for(several(), TIMEOUT))
-    assert sorted(bodies) == sorted([small.read_bytes(), big.read_bytes()] * 2)
-    assert len(tapped) == 5
-    # streams complete in any order: match each tapped result to its recording by response id
-    by_id = {acc.response.id: acc for acc in map(accumulated, (small, big))}
-    for acc in tapped:
-        want = by_id[acc.response.id]
-        assert acc.response == want.response and acc.output_text == want.output_text
-    assert sum(acc.response.id == accumulated(big).response.id for acc in tapped) == 2
-    assert any("output_text=%d chars" % len(accumulated(small).output_text) in m for m in caplog.messages)
+def final_of(protocol: str, data: bytes):
+    return getattr(accumulated(protocol, data), FINAL[protocol])
 
 
-def test_gateway_passes_non_stream_replies_untapped(gateway_module):
-    path = next(p for p in RESPONSES if "include_raw_annotations" in p.name)
-    tapped = []
-    with ReplayServer([path]) as upstream:
-        app = gateway_module.create_app(upstream.url + "/v1/responses", on_complete=tapped.append)
-        with BackgroundServer(app) as gateway, httpx.Client(timeout=TIMEOUT) as client:
-            whole = client.post(gateway.url + "/v1/responses", json={"stream": False})
-            direct = client.post(upstream.url + "/v1/responses", json={"stream": False})
-    assert whole.status_code == 200 and whole.content == direct.content
-    assert whole.headers["content-type"] == "application/json" and tapped == []
+def events_of(protocol: str, data: bytes) -> int:
+    return accumulated(protocol, data).events
 
 
-def test_gateway_reports_an_unreachable_upstream(gateway_module):
-    with ReplayServer([RESPONSES[0]]) as stopped:
-        dead_url = stopped.url + "/v1/responses"
-    app = gateway_module.create_app(dead_url, on_complete=lambda acc: None)
-    with BackgroundServer(app) as gateway, httpx.Client(timeout=TIMEOUT) as client:
-        response = client.post(gateway.url + "/v1/responses", json={"stream": True})
-    assert response.status_code == 502 and response.json()["error"]["type"] == "bad_gateway"
+def expected_tokens(protocol: str, final) -> Tokens | None:
+    """The recording's final usage, in the gateway's convention (written out here from the JSON
+    as each API documents it)."""
+    data = to_builtins(final)
+    usage = data.get("usageMetadata" if protocol == "gemini" else "usage")
+    if not usage:
+        return None
+    if protocol == "responses":
+        return Tokens(usage.get("input_tokens"), usage.get("output_tokens"),
+                      (usage.get("input_tokens_details") or {}).get("cached_tokens"),
+                      (usage.get("output_tokens_details") or {}).get("reasoning_tokens"))
+    if protocol in ("chat", "completions"):
+        return Tokens(usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                      (usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
+                      (usage.get("completion_tokens_details") or {}).get("reasoning_tokens"))
+    if protocol == "anthropic":
+        parts = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
+        total = sum(p for p in parts if p is not None) if usage.get("input_tokens") is not None else None
+        return Tokens(total, usage.get("output_tokens"), usage.get("cache_read_input_tokens"), None)
+    thoughts = usage.get("thoughtsTokenCount")
+    prompt = [usage.get(k) for k in ("promptTokenCount", "toolUsePromptTokenCount") if usage.get(k) is not None]
+    output = [usage.get(k) for k in ("candidatesTokenCount", "thoughtsTokenCount") if usage.get(k) is not None]
+    return Tokens(sum(prompt) if prompt else None, sum(output) if output else None,
+                  usage.get("cachedContentTokenCount"), thoughts)
+
+
+# --- One replay server of the whole corpus, one gateway in front of it ------------------------------
+
+
+@pytest.fixture(scope="module")
+def replay():
+    files = [path for kind in RECORDINGS.values() for path in kind]
+    with ReplayServer(files) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def records():
+    return Records()
+
+
+def in_front(upstream, records: Records):
+    """A gateway to ``upstream`` recording into ``records``, for the module's fixtures."""
+    with BackgroundServer(create_gateway(upstream.url, on_complete=records)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(replay, records):
+    yield from in_front(replay, records)
+
+
+SMALL = {kind: [p for p in files if p.stat().st_size < 12_000] for kind, files in RECORDINGS.items()}
+"""The recordings the SDKs read (their per-event pydantic work makes the big ones slow; the
+httpx tests above take every file)."""
+
+
+@pytest.fixture(scope="module")
+def small_replay():
+    with ReplayServer([path for kind in SMALL.values() for path in kind]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def small_gateway(small_replay, records):
+    yield from in_front(small_replay, records)
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    with SyntheticServer(tokens=8, rate=2000, ttft=0.002) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def synthetic_records():
+    return Records()
+
+
+@pytest.fixture(scope="module")
+def synthetic_gateway(synthetic, synthetic_records):
+    yield from in_front(synthetic, synthetic_records)
+
+
+@pytest.mark.parametrize("protocol", KINDS)
+def test_every_recording_is_forwarded_byte_for_byte_and_tapped(gateway, records, protocol):
+    """A full rotation of the protocol's recordings through the gateway: each body as recorded, each
+    record's tokens the recording's final usage, the tap's object the recording's."""
+    files = RECORDINGS[protocol]
+    with httpx.Client(timeout=TIMEOUT) as client:
+        bodies = []
+        for _ in files:
+            with client.stream("POST", gateway.url + ROUTES[protocol], json={"stream": True, "model": "m"},
+                               headers={"authorization": "Bearer k", "x-api-key": "k"}) as reply:
+                assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+                bodies.append(b"".join(reply.iter_raw()))
+    taken = records.take(len(files))  # in order: the requests were one after the other
+    assert sorted(bodies) == sorted(p.read_bytes() for p in files)
+    by_body = {p.read_bytes(): p for p in files}
+    for body, (record, accumulator) in zip(bodies, taken):
+        assert record.protocol == protocol and record.outcome == "complete", record
+        assert record.status == 200 and record.chunks >= 1 and record.bytes == len(body)
+        assert record.ttfb is not None and record.duration >= record.ttfb
+        path = by_body[body]
+        final = final_of(protocol, path.read_bytes())
+        assert getattr(accumulator, FINAL[protocol]) == final, path.name
+        assert record.tokens == expected_tokens(protocol, final), path.name
+        assert record.events == events_of(protocol, path.read_bytes()), path.name
+
+
+def test_the_record_of_a_recording(gateway, records):
+    """One recording's record field by field."""
+    path = next(p for p in RECORDINGS["anthropic"] if "tool_use_response" in p.name)
+    replayed = [p for p in RECORDINGS["anthropic"]]
+    with httpx.Client(timeout=TIMEOUT) as client:
+        for _ in replayed:  # one full rotation: each file once
+            client.post(gateway.url + "/v1/messages", json={"stream": True, "model": "claude-x"})
+    record = next(r for r, _ in records.take(len(replayed)) if r.bytes == path.stat().st_size)
+    message = final_of("anthropic", path.read_bytes())
+    assert record.model == message.model and record.finish_reason == message.stop_reason == "tool_use"
+    assert record.outcome == "complete" and record.error is None and record.warnings == []
+    assert record.ttft is not None and record.ttfb <= record.ttft <= record.duration
+    assert record.tokens.output == message.usage.output_tokens
+
+
+def test_openai_sdk_through_the_gateway_reads_what_it_reads_directly(small_gateway, small_replay, records):
+    gateway, replay = small_gateway, small_replay
+    openai = pytest.importorskip("openai")
+    files = SMALL["responses"]
+    everything = len(files)
+
+    def finals(base: str) -> list:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+        out = []
+        for _ in range(everything):  # one full rotation
+            with client.responses.stream(model="m", input="hi") as stream:
+                out.append(stream.get_final_response())
+        return out
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        through, direct = finals(gateway.url), finals(replay.url)
+    records.take(everything)
+    assert [f.model_dump() for f in through] == [f.model_dump() for f in direct]
+    assert {f.id for f in through} >= {final_of("responses", p.read_bytes()).id for p in files}
+
+    chats = SMALL["chat"]
+    messages = [{"role": "user", "content": "hi"}]
+
+    def chat_streams(base: str) -> list:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+        out = []
+        for _ in chats:
+            try:
+                out.append([c.model_dump() for c in client.chat.completions.create(model="m", messages=messages,
+                                                                                   stream=True)])
+            except openai.APIError as exc:  # a recorded error chunk: raised as it is directly
+                out.append(type(exc).__name__)
+        return out
+
+    assert chat_streams(gateway.url) == chat_streams(replay.url)
+    for record, accumulator in records.take(len(chats)):
+        final = final_of("chat", recording_of("chat", record, accumulator, chats).read_bytes())
+        assert record.tokens == expected_tokens("chat", final)
+
+
+def test_non_streamed_json_replies_are_forwarded_and_read_for_usage(gateway, replay, records):
+    files = RECORDINGS["responses"]
+    with httpx.Client(timeout=TIMEOUT) as client:
+        through = [client.post(gateway.url + "/v1/responses", json={"model": "m"}) for _ in files]
+        direct = [client.post(replay.url + "/v1/responses", json={"model": "m"}) for _ in files]
+    assert [r.content for r in through] == [r.content for r in direct]
+    assert all(r.headers["content-type"] == "application/json" for r in through)
+    for (record, accumulator), reply in zip(records.take(len(files)), through):
+        usage = reply.json().get("usage")
+        assert accumulator is None and record.outcome == "complete" and record.status == 200
+        if usage is None:
+            assert record.tokens is None
+        else:
+            assert record.tokens.input == usage["input_tokens"] and record.tokens.output == usage["output_tokens"]
+        assert record.finish_reason == (reply.json().get("incomplete_details") or {}).get("reason",
+                                                                                          reply.json()["status"])
+
+
+def test_anthropic_sdk_through_the_gateway(small_gateway, small_replay, records):
+    gateway, replay = small_gateway, small_replay
+    anthropic = pytest.importorskip("anthropic")
+    files = SMALL["anthropic"]
+
+    def finals(base: str) -> list:
+        client = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0, timeout=TIMEOUT)
+        out = []
+        for _ in files:
+            with client.messages.stream(model="m", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as s:
+                events = [e.type for e in s]
+                out.append((events, s.get_final_message().model_dump()))
+        return out
+
+    through, direct = finals(gateway.url), finals(replay.url)
+    assert through == direct
+    for record, accumulator in records.take(len(files)):
+        final = final_of("anthropic", recording_of("anthropic", record, accumulator, files).read_bytes())
+        assert record.tokens == expected_tokens("anthropic", final)
+
+
+def test_google_genai_through_the_gateway(small_gateway, small_replay, records):
+    gateway, replay = small_gateway, small_replay
+    genai = pytest.importorskip("google.genai")
+    from google.genai import types
+
+    files = SMALL["gemini"]
+
+    def streams(base: str) -> list:
+        client = genai.Client(api_key="x", http_options=types.HttpOptions(base_url=base, timeout=20_000))
+        # (sdk_http_response: the headers, with the date and server of the servers on the way)
+        return [[c.model_dump(exclude={"sdk_http_response"})
+                 for c in client.models.generate_content_stream(model="gemini-x", contents="hi")] for _ in files]
+
+    assert streams(gateway.url) == streams(replay.url)
+    for record, accumulator in records.take(len(files)):
+        assert record.path.endswith(":streamGenerateContent") and record.model is not None
+        final = final_of("gemini", recording_of("gemini", record, accumulator, files).read_bytes())
+        assert record.tokens == expected_tokens("gemini", final)
+
+
+def test_httpx_sse_integration_through_the_gateway(gateway, replay, records):
+    from rapidsse.integrations import httpx_sse
+
+    files = RECORDINGS["chat"]
+
+    def events(base: str) -> list:
+        out = []
+        with httpx.Client(timeout=TIMEOUT) as client:
+            for _ in files:
+                with httpx_sse.connect_sse(client, "POST", base + "/v1/chat/completions",
+                                           json={"stream": True}) as source:
+                    out.append([(e.event, e.data, e.id) for e in source.iter_sse()])
+        return out
+
+    assert events(gateway.url) == events(replay.url)
+    records.take(len(files))
+
+
+def test_realtime_sessions_through_the_gateway(small_gateway, small_replay, records):
+    gateway, replay = small_gateway, small_replay
+    websockets = pytest.importorskip("websockets")
+    files = SMALL["realtime"]
+    ws_url = "ws" + gateway.url[len("http"):] + "/v1/realtime?model=gpt-realtime"
+
+    async def session(url: str) -> list[str]:
+        async with websockets.connect(url, open_timeout=TIMEOUT, close_timeout=2,
+                                      additional_headers={"authorization": "Bearer k"}) as ws:
+            try:
+                await ws.send(json.dumps({"type": "response.create"}))
+            except websockets.ConnectionClosed:
+                pass  # the replay may already be over: it does not wait for client events
+            return [message async for message in ws]
+
+    async def sessions(url: str) -> list[list[str]]:
+        return [await session(url) for _ in files]
+
+    through = asyncio.run(asyncio.wait_for(sessions(ws_url), 120))
+    direct = asyncio.run(asyncio.wait_for(sessions(replay.ws_url), 120))
+    assert through == direct
+    expected = [[line.decode() for line in p.read_bytes().splitlines() if line.strip()] for p in files]
+    assert sorted(map(tuple, through)) == sorted(map(tuple, expected))
+    for record, accumulator in records.take(len(files)):
+        assert record.protocol == "realtime" and record.model == "gpt-realtime" and record.outcome == "complete"
+        path = next(p for p, lines in zip(files, expected) if len(lines) == record.chunks
+                    and sum(len(line.encode()) for line in lines) == record.bytes)
+        want = RealtimeAccumulator()
+        for line in expected[files.index(path)]:
+            want.feed(line)
+        assert accumulator.responses == want.responses
+        usages = [r.usage for r in want.responses.values() if r.usage is not None]
+        if usages:
+            assert record.tokens.input == sum(u.input_tokens for u in usages)
+            assert record.tokens.output == sum(u.output_tokens for u in usages)
+        else:
+            assert record.tokens is None
+
+
+# --- The synthetic server through the gateway ----------------------------------------------------
+
+
+def test_synthetic_streams_through_the_gateway_with_every_sdk(synthetic_gateway, synthetic, synthetic_records):
+    openai = pytest.importorskip("openai")
+    anthropic = pytest.importorskip("anthropic")
+    genai = pytest.importorskip("google.genai")
+    from google.genai import types
+
+    base = synthetic_gateway.url
+    client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+    with client.responses.stream(model="m", input="one two three") as stream:
+        final = stream.get_final_response()
+    assert final.output_text == Synthetic.text(8) and final.usage.output_tokens == 8
+    chunks = list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a b"}],
+                                                 stream=True, stream_options={"include_usage": True}, max_tokens=5))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == Synthetic.text(5)
+    text = "".join(c.choices[0].text for c in client.completions.create(
+        model="m", prompt="p q", stream=True, stream_options={"include_usage": True}) if c.choices)
+    assert text == Synthetic.text(8)
+    claude = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0, timeout=TIMEOUT)
+    with claude.messages.stream(model="claude-x", max_tokens=100, messages=[{"role": "user", "content": "a"}]) as s:
+        message = s.get_final_message()
+    assert message.content[0].text == Synthetic.text(8)
+    gem = genai.Client(api_key="x", http_options=types.HttpOptions(base_url=base, timeout=20_000))
+    assert "".join(c.text for c in gem.models.generate_content_stream(model="gemini-x", contents="a b c")) \
+        == Synthetic.text(8)
+    got = {r.protocol: r for r, _ in synthetic_records.take(5)}
+    assert got["responses"].tokens == Tokens(input=3, output=8, cached=0, reasoning=0)
+    assert got["chat"].tokens == Tokens(input=2, output=5) and got["chat"].finish_reason == "length"
+    assert got["completions"].tokens == Tokens(input=2, output=8) and got["completions"].finish_reason == "stop"
+    assert got["anthropic"].tokens.output == 8 and got["anthropic"].model == "claude-x"
+    assert got["gemini"].tokens.output == 8 and got["gemini"].model == "gemini-x"
+    assert all(r.outcome == "complete" and r.ttft is not None for r in got.values())
+    # byte for byte, as directly (the synthetic ids and timestamps aside)
+    body = {"stream": True, "model": "m", "stream_options": {"include_usage": True}}
+    with httpx.Client(timeout=TIMEOUT) as http:
+        through = http.post(base + "/v1/completions", json=body).content
+        direct = http.post(synthetic.url + "/v1/completions", json=body).content
+    synthetic_records.take(1)
+    strip = [json.loads(line[6:]) for line in through.splitlines() if line.startswith(b"data: {")]
+    want = [json.loads(line[6:]) for line in direct.splitlines() if line.startswith(b"data: {")]
+    for item in strip + want:
+        item.pop("id"), item.pop("created")
+    assert strip == want and len(through) == len(direct)
+
+
+def test_metrics(synthetic_gateway, synthetic_records):
+    with httpx.Client(timeout=TIMEOUT) as client:
+        before = client.get(synthetic_gateway.url + "/metrics").text
+        for _ in range(2):
+            client.post(synthetic_gateway.url + "/v1/chat/completions",
+                        json={"stream": True, "model": "metered", "stream_options": {"include_usage": True}})
+        synthetic_records.take(2)
+        text = client.get(synthetic_gateway.url + "/metrics").text
+    assert 'model="metered"' not in before
+    assert 'rapidsse_gateway_requests_total{model="metered",outcome="complete",protocol="chat"} 2.0' in text
+    assert 'rapidsse_gateway_tokens_total{kind="output",model="metered",protocol="chat"} 16.0' in text
+    assert 'rapidsse_gateway_ttft_seconds_count{protocol="chat"}' in text
+    assert 'rapidsse_gateway_duration_seconds_bucket{le="+Inf",protocol="chat"}' in text
+
+
+# --- Faults: an upstream made for each ---------------------------------------------------------------
+
+
+class FaultyUpstream:
+    """A raw ASGI upstream: ``opening`` at once, then per ``mode``: ``cut`` (the connection is
+    dropped), ``stall`` (nothing more for a long time), ``endless`` (``chunk`` as fast as the
+    connection takes it, counting ``sent``), ``malformed`` (bad JSON, then a normal end)."""
+
+    def __init__(self, mode: str, opening: bytes = b"", chunk: bytes = b"") -> None:
+        self.mode, self.opening, self.chunk = mode, opening, chunk
+        self.sent = 0
+        self.disconnected = threading.Event()
+        self.requests: list[dict] = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        message = await receive()
+        self.requests.append({"headers": dict(scope["headers"]), "body": message.get("body", b""),
+                              "path": scope["path"], "query": scope["query_string"], "method": scope["method"]})
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"x-upstream", b"yes")]})
+        await send({"type": "http.response.body", "body": self.opening, "more_body": True})
+        self.sent += len(self.opening)
+        watcher = asyncio.ensure_future(self._watch(receive))
+        try:
+            if self.mode == "cut":
+                await asyncio.sleep(0.05)
+                raise ConnectionAbortedError("cut on purpose")
+            if self.mode == "stall":
+                await asyncio.sleep(30)
+            if self.mode == "endless":
+                while not self.disconnected.is_set():
+                    await send({"type": "http.response.body", "body": self.chunk, "more_body": True})
+                    self.sent += len(self.chunk)
+                    await asyncio.sleep(0)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+
+    async def _watch(self, receive):
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected.set()
+
+
+OPENING = b'event: response.created\ndata: {"type":"response.created","response":{"id":"r1","status":"in_progress"}}\n\n'
+DELTA = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","output_index":0,' \
+        b'"content_index":0,"delta":"x"}\n\n'
+
+
+def test_client_gone_closes_upstream_at_once():
+    upstream_app = FaultyUpstream("stall", OPENING)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+        with httpx.Client(timeout=TIMEOUT) as client:
+            with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
+                first = next(reply.iter_raw())
+        (record, accumulator), = records.take(1)
+        assert upstream_app.disconnected.wait(TIMEOUT)  # long before the stall's 30 s
+    assert first == OPENING
+    assert record.outcome == "client_gone" and record.bytes == len(OPENING) and record.events == 1
+    assert accumulator.response.id == "r1"
+
+
+def test_upstream_cut_gives_every_byte_and_then_cuts_the_client(caplog):
+    upstream_app = FaultyUpstream("cut", OPENING + DELTA)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+        received = []
+        with httpx.Client(timeout=TIMEOUT) as client, pytest.raises(httpx.RemoteProtocolError):
+            with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
+                for chunk in reply.iter_raw():
+                    received.append(chunk)
+        (record, accumulator), = records.take(1)
+    assert b"".join(received) == OPENING + DELTA  # everything sent, nothing invented
+    assert record.outcome == "upstream_cut" and record.bytes == len(OPENING + DELTA) and record.events == 2
+    assert accumulator.output_text == "x" and record.ttft is not None
+
+
+def test_upstream_stall_past_the_read_timeout_is_a_cut():
+    upstream_app = FaultyUpstream("stall", OPENING + DELTA)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.5)) as gateway:
+        received = []
+        with httpx.Client(timeout=TIMEOUT) as client, pytest.raises(httpx.RemoteProtocolError):
+            with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
+                for chunk in reply.iter_raw():
+                    received.append(chunk)
+        (record, _), = records.take(1)
+        assert upstream_app.disconnected.wait(TIMEOUT)
+    assert b"".join(received) == OPENING + DELTA
+    assert record.outcome == "upstream_cut" and "0.5 s" in record.error
+
+
+def free_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens there once closed
+
+
+def test_unreachable_upstream_is_a_502_in_each_protocols_error_shape():
+    openai = pytest.importorskip("openai")
+    anthropic = pytest.importorskip("anthropic")
+    records = Records()
+    with BackgroundServer(create_gateway(free_port_url(), on_complete=records, connect_timeout=2)) as gateway:
+        with pytest.raises(openai.APIStatusError) as raised:
+            openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        assert raised.value.status_code == 502 and raised.value.body["type"] == "bad_gateway"
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            anthropic.Anthropic(base_url=gateway.url, api_key="x", max_retries=0).messages.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}], stream=True)
+        assert raised.value.status_code == 502 and raised.value.body["error"]["type"] == "api_error"
+        with httpx.Client(timeout=TIMEOUT) as client:
+            gemini = client.post(gateway.url + ROUTES["gemini"], json={})
+            other = client.get(gateway.url + "/v1/models")
+        assert gemini.status_code == 502 and gemini.json()["error"]["status"] == "UNAVAILABLE"
+        assert other.status_code == 502 and other.json()["error"]["code"] == "upstream_unreachable"
+        got = [r for r, _ in records.take(4)]
+    assert [r.outcome for r in got] == ["upstream_error"] * 4 and {r.status for r in got} == {502}
+    assert [r.protocol for r in got] == ["chat", "anthropic", "gemini", None]
+
+
+def test_a_malformed_stream_is_forwarded_untouched_and_recorded_bad():
+    malformed = OPENING + b"data: {not json\n\n" + DELTA + b"data: [1, 2\n\n"
+    upstream_app = FaultyUpstream("malformed", malformed)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+        with httpx.Client(timeout=TIMEOUT) as client:
+            reply = client.post(gateway.url + "/v1/responses?x=1", content=b'{"stream": true}',
+                                headers={"authorization": "Bearer k", "anthropic-version": "v", "openai-beta": "b",
+                                         "x-goog-api-key": "g", "connection": "keep-alive, x-hop", "x-hop": "no",
+                                         "accept-encoding": "gzip"})
+        (record, accumulator), = records.take(1)
+    assert reply.content == malformed and reply.headers["x-upstream"] == "yes"
+    assert record.outcome == "bad_stream" and "DecodeError" in record.error
+    assert accumulator.output_text == "x"  # the tap read on past the bad payload
+    sent, = upstream_app.requests
+    assert sent["path"] == "/v1/responses" and sent["query"] == b"x=1" and sent["body"] == b'{"stream": true}'
+    headers = sent["headers"]
+    assert headers[b"authorization"] == b"Bearer k" and headers[b"anthropic-version"] == b"v"
+    assert headers[b"openai-beta"] == b"b" and headers[b"x-goog-api-key"] == b"g"
+    assert headers[b"accept-encoding"] == b"identity" and b"x-hop" not in headers
+
+
+def test_an_exception_in_on_complete_is_logged_and_never_reaches_the_client(synthetic, caplog):
+    def broken(record, accumulator):
+        raise RuntimeError("the billing database is down")
+
+    with BackgroundServer(create_gateway(synthetic.url, on_complete=broken)) as gateway, \
+            caplog.at_level(logging.ERROR, logger="rapidsse.gateway"):
+        with httpx.Client(timeout=TIMEOUT) as client:
+            first = client.post(gateway.url + "/v1/messages", json={"stream": True, "model": "m"})
+            second = client.post(gateway.url + "/v1/messages", json={"stream": True, "model": "m"})
+        deadline = time.monotonic() + TIMEOUT
+        while sum("on_complete raised" in m for m in caplog.messages) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert first.status_code == second.status_code == 200
+    assert first.content.count(b"event: content_block_delta") == 8 and b"message_stop" in second.content
+    assert sum("on_complete raised" in m for m in caplog.messages) == 2
+    assert "the billing database is down" in caplog.text
+
+
+def kernel_queues(ports: set[int]) -> int:
+    """Bytes in the kernel's send and receive queues of the loopback TCP sockets on ``ports``."""
+    total = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = (int(fields[i].split(":")[1], 16) for i in (1, 2))
+        if local in ports or remote in ports:
+            tx, rx = (int(part, 16) for part in fields[4].split(":"))
+            total += tx + rx
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the kernel's socket queues (Linux)")
+def test_a_slow_client_gets_backpressure():
+    """A client that stops reading: upstream is read no further ahead, and what the gateway holds
+    itself (what upstream sent, less what the client read and what the kernel's socket queues
+    hold) stays under a MiB."""
+    chunk = DELTA * 600  # ~64 KB
+    upstream_app = FaultyUpstream("endless", OPENING, chunk)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+        client = socket.create_connection(("127.0.0.1", gateway.port))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        client.sendall(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 16\r\n\r\n{\"stream\": true}")
+        received = client.recv(65536)
+        sent = -1
+        deadline = time.monotonic() + TIMEOUT
+        while upstream_app.sent != sent and time.monotonic() < deadline:  # until upstream is held back
+            sent = upstream_app.sent
+            time.sleep(0.5)
+        assert upstream_app.sent == sent
+        held = sent - len(received) - kernel_queues({upstream.port, gateway.port})
+        assert sent < 64 * 1024 * 1024 and held < 1024 * 1024, (sent, held)
+        while len(received) < sent:  # the client reads on: the stream flows again
+            received += client.recv(1 << 20)
+        assert upstream_app.sent > sent
+        client.close()
+        (record, _), = records.take(1)
+    assert record.outcome == "client_gone" and OPENING in received[:4096]
+
+
+# --- The command line and the example --------------------------------------------------------------
+
+
+def test_the_command_line_with_two_workers(synthetic, tmp_path):
+    """``rapidsse gateway --workers 2``: records as JSON lines, and /metrics counts the exchanges
+    of both workers."""
+    process = subprocess.Popen([sys.executable, "-m", "rapidsse", "gateway", "--upstream", synthetic.url,
+                                "--port", "0", "--workers", "2"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stderr.readline()
+        assert line.startswith("rapidsse gateway: http://127.0.0.1:"), line
+        url = line.split()[2]
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True).start()
+        with httpx.Client(timeout=TIMEOUT) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.get(url + "/metrics")
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            for _ in range(6):  # new connections: spread over the workers
+                with httpx.Client(timeout=TIMEOUT) as one:
+                    assert one.post(url + "/v1/responses", json={"stream": True, "model": "cli"}).status_code == 200
+            deadline = time.monotonic() + TIMEOUT
+            while True:
+                metrics = client.get(url + "/metrics").text
+                if 'rapidsse_gateway_requests_total{model="cli",outcome="complete",protocol="responses"} 6.0' \
+                        in metrics or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        assert 'rapidsse_gateway_requests_total{model="cli",outcome="complete",protocol="responses"} 6.0' in metrics
+    finally:
+        process.terminate()
+        process.wait(30)
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    assert len(records) == 6 and {r["outcome"] for r in records} == {"complete"}
+    assert {r["tokens"]["output"] for r in records} == {8}
+
+
+def test_the_example_bills_each_key(synthetic):
+    spec = importlib.util.spec_from_file_location("rapidsse_example_gateway", ROOT / "examples" / "gateway.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    ledger = example.Ledger()
+    with BackgroundServer(example.create_app(synthetic.url, ledger)) as gateway, httpx.Client(timeout=TIMEOUT) as c:
+        body = {"stream": True, "model": "m", "input": "a b c d"}
+        for key in ("one", "two", "two"):
+            assert c.post(gateway.url + "/v1/responses", json=body, headers={"authorization": key}).status_code == 200
+        deadline = time.monotonic() + TIMEOUT
+        while len(ledger.records) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    one, two = (example.api_key([(b"authorization", key)]) for key in (b"one", b"two"))
+    fresh, _, output = example.PRICES["default"]
+    assert ledger.owed[one] == pytest.approx((4 * fresh + 8 * output) / 1e6)
+    assert ledger.owed[two] == pytest.approx(2 * ledger.owed[one])

@@ -829,6 +829,18 @@ def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
+def listen(command: str, host: str, port: int, *, reuse_port: bool = False) -> tuple[socket.socket, str] | None:
+    """The listening socket of ``rapidsse <command>`` (see :func:`_bind`) and its
+    ``http://host:port``; None (after saying why on stderr) when the address cannot be had."""
+    try:
+        sock = _bind(host, port, reuse_port=reuse_port)
+    except OSError as exc:
+        print(f"rapidsse {command}: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return None
+    shown = f"[{host}]" if ":" in host else host
+    return sock, f"http://{shown}:{sock.getsockname()[1]}"
+
+
 class BackgroundServer:
     """Runs an ASGI app with uvicorn in a daemon thread, on ``host`` (loopback by default) and
     ``port`` (``0``: a free port, bound before the server starts, so :attr:`url` is known at once).
@@ -1021,15 +1033,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"rapidsse serve: {exc}", file=sys.stderr)
             return 2
     reuse_port = workers > 1 and hasattr(socket, "SO_REUSEPORT")
-    try:
-        sock = _bind(args.host, args.port, reuse_port=reuse_port)
-    except OSError as exc:
-        print(f"rapidsse serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+    listening = listen("serve", args.host, args.port, reuse_port=reuse_port)
+    if listening is None:
         return 1
+    sock, url = listening
     import uvicorn
 
     port = sock.getsockname()[1]
-    host = f"[{args.host}]" if ":" in args.host else args.host
     if synthetic and workers > 1:
         return _serve_workers(spec, sock, workers, reuse_port, args.host, port, args.log_level)
     if synthetic:
@@ -1039,7 +1049,7 @@ def run(args: argparse.Namespace) -> int:
         counts = {p: sum(r.protocol == p for r in recordings) for p in PROTOCOLS}
         what = ", ".join(f"{count} {protocol}" for protocol, count in counts.items()) + " recording(s)"
         app = create_app(recordings, pacing=pacing)
-    print(f"rapidsse serve: {what} on http://{host}:{port}/v1", file=sys.stderr, flush=True)
+    print(f"rapidsse serve: {what} on {url}/v1", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level=args.log_level)
     if synthetic:
         _collector_off()

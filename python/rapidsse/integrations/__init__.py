@@ -96,10 +96,12 @@ def to_model(model: Any, obj: Any, strict: bool) -> Any:
         return model.model_construct(**data)
 
 
-def protocol_for_path(path: str) -> str:
+def protocol_for_path(path: str, default: Any = "responses") -> Any:
     """``"chat"`` for a Chat Completions endpoint (``.../chat/completions``), ``"completions"``
     for the legacy one (``.../completions``), ``"anthropic"`` for Anthropic's ``.../messages``,
-    ``"gemini"`` for ``...:streamGenerateContent``, else ``"responses"``."""
+    ``"gemini"`` for ``...:streamGenerateContent`` (and ``...:generateContent``), ``"responses"``
+    for ``.../responses``; else ``default`` (``"responses"``; the gateway passes ``None``, to
+    leave other paths untapped)."""
     path = path.rstrip("/")
     if path.endswith("/chat/completions"):
         return "chat"
@@ -107,9 +109,11 @@ def protocol_for_path(path: str) -> str:
         return "completions"
     if path.endswith("/messages"):
         return "anthropic"
-    if path.endswith(":streamGenerateContent"):
+    if path.endswith((":streamGenerateContent", ":generateContent")):
         return "gemini"
-    return "responses"
+    if path.endswith("/responses"):
+        return "responses"
+    return default
 
 
 def to_builtins(obj: Any) -> Any:
