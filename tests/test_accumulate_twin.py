@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 from rapidsse._pure import accumulate as pure
 
-from .conftest import chunked, corpus_files
+from .conftest import ROOT, chunked, corpus_files
 
 try:
     from rapidsse import _rapidsse as native
@@ -639,3 +641,24 @@ def test_generated_scripted_streams_agree(kind, data):
     for chunk in chunked(stream, data.draw(st.integers(1, 200))):
         assert py.feed(chunk) == rust.feed(chunk)
     assert_same(rust, py, kind, "fed")
+
+
+def test_the_pure_cores_mirror_the_rust_files():
+    """A protocol's two implementations sit side by side: each ``pub struct <Name>Accumulator`` of
+    ``rust/src/accumulate/<file>.rs`` has its twin ``<Name>Core`` in
+    ``rapidsse/_pure/accumulate/<file>.py``, the pure package exports no other core, and each of
+    its modules is named after a Rust file."""
+    rust_dir = ROOT / "rust" / "src" / "accumulate"
+    if not rust_dir.is_dir():
+        pytest.skip("no Rust sources here (an installed wheel)")
+    rust_files = {path.stem: path.read_text(encoding="utf-8") for path in rust_dir.glob("*.rs")}
+    rust = {
+        name + "Core": stem
+        for stem, source in rust_files.items()
+        for name in re.findall(r"^pub struct (\w+)Accumulator\b", source, re.M)
+    }
+    assert rust, "no accumulator found in rust/src/accumulate"
+    homes = {name: getattr(pure, name).__module__ for name in pure.__all__}
+    assert homes == {name: f"{pure.__name__}.{stem}" for name, stem in rust.items()}
+    modules = {path.stem for path in Path(pure.__file__).parent.glob("*.py")} - {"__init__"}
+    assert modules <= set(rust_files), sorted(modules - set(rust_files))

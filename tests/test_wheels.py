@@ -183,6 +183,9 @@ def test_pure_wheel_is_py3_none_any_without_compiled_code(pure_wheel):
         names = zf.namelist()
         wheel_meta = zf.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
     assert "rapidsse/__init__.py" in names and "rapidsse/_pure/framing.py" in names
+    package = ROOT / "python" / "rapidsse"
+    sources = {f"rapidsse/{p.relative_to(package).as_posix()}" for p in package.rglob("*.py") if "__pycache__" not in p.parts}
+    assert sources <= set(names), sorted(sources - set(names))
     assert not [n for n in names if n.endswith((".so", ".pyd", ".pyc")) or "__pycache__" in n]
     assert "Tag: py3-none-any" in wheel_meta and "Root-Is-Purelib: true" in wheel_meta
     meta = metadata_of(pure_wheel)
