@@ -938,11 +938,11 @@ def _json_pieces(value: Any, n: int) -> list[str]:
 def anthropic_mixed_stream(n_thinking: int = 300, n_text: int = 2000, n_tool_json: int = 100) -> bytes:
     """A held-out Anthropic stream that mixes every kind of delta, unlike :func:`anthropic_stream`'s
     long runs: ``message_start``; a thinking block of ``n_thinking``
-    ``thinking_delta``\s (longer pieces than text), its ``signature_delta``; ``n_text``
-    ``text_delta``\s spread over six text blocks, four of which open with one or two
-    ``citations_delta``\s (as an answer that cites its search results streams); a second thinking
+    ``thinking_delta``\\s (longer pieces than text), its ``signature_delta``; ``n_text``
+    ``text_delta``\\s spread over six text blocks, four of which open with one or two
+    ``citations_delta``\\s (as an answer that cites its search results streams); a second thinking
     block (interleaved thinking); a ``tool_use`` block whose input streams as ``n_tool_json``
-    ``input_json_delta``\s; ``message_delta`` and ``message_stop``. The event count is
+    ``input_json_delta``\\s; ``message_delta`` and ``message_stop``. The event count is
     :func:`anthropic_mixed_events`.
     """
     event, delta = _anthropic_event, _anthropic_delta
