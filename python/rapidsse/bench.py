@@ -869,18 +869,8 @@ def anthropic_stream(n_events: int = 1700) -> bytes:
         raise ValueError(f"an Anthropic stream here needs at least {fixed + 12} events")
     n_thinking, n_search_json, n_tool_json = n_deltas // 6, 4, n_deltas // 10
     n_text = n_deltas - n_thinking - n_search_json - n_tool_json
-    usage = {
-        "input_tokens": 2679, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
-        "output_tokens": 3, "service_tier": "standard",
-    }  # fmt: skip
-    message = {
-        "id": _ANTHROPIC_MESSAGE_ID, "type": "message", "role": "assistant", "model": "claude-sonnet-4-20250514",
-        "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage,
-    }  # fmt: skip
-
     event, delta, json_pieces = _anthropic_event, _anthropic_delta, _json_pieces
-    out = [event("message_start", message=message)]
+    out = [_anthropic_message_start(_ANTHROPIC_MESSAGE_ID, "claude-sonnet-4-20250514", (2679, 0, 0, 3))]
     out.append(event("content_block_start", index=0, content_block={"type": "thinking", "thinking": "", "signature": ""}))
     out += [delta(0, type="thinking_delta", thinking=_delta(i)) for i in range(n_thinking)]
     out.append(delta(0, type="signature_delta", signature="EqQBCkYIBxgCKkDL" * 12))
@@ -919,6 +909,22 @@ def anthropic_stream(n_events: int = 1700) -> bytes:
     return b"".join(out)
 
 
+def _anthropic_message_start(message_id: str, model: str, tokens: tuple[int, int, int, int]) -> bytes:
+    """A ``message_start`` event; ``tokens``: input, cache created, cache read, output."""
+    input_tokens, cache_created, cache_read, output_tokens = tokens
+    usage = {
+        "input_tokens": input_tokens, "cache_creation_input_tokens": cache_created,
+        "cache_read_input_tokens": cache_read,
+        "cache_creation": {"ephemeral_5m_input_tokens": cache_created, "ephemeral_1h_input_tokens": 0},
+        "output_tokens": output_tokens, "service_tier": "standard",
+    }  # fmt: skip
+    message = {
+        "id": message_id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": usage,
+    }  # fmt: skip
+    return _anthropic_event("message_start", message=message)
+
+
 def _anthropic_event(kind: str, **fields: Any) -> bytes:
     return _sse(kind, {"type": kind, **fields})
 
@@ -946,17 +952,7 @@ def anthropic_mixed_stream(n_thinking: int = 300, n_text: int = 2000, n_tool_jso
     :func:`anthropic_mixed_events`.
     """
     event, delta = _anthropic_event, _anthropic_delta
-    usage = {
-        "input_tokens": 4121, "cache_creation_input_tokens": 1520, "cache_read_input_tokens": 18034,
-        "cache_creation": {"ephemeral_5m_input_tokens": 1520, "ephemeral_1h_input_tokens": 0},
-        "output_tokens": 1, "service_tier": "standard",
-    }  # fmt: skip
-    message = {
-        "id": "msg_01HcQx7LrV2ZpW8nYtB4kD3s", "type": "message", "role": "assistant",
-        "model": "claude-opus-4-1-20250805", "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": usage,
-    }  # fmt: skip
-    out = [event("message_start", message=message)]
+    out = [_anthropic_message_start("msg_01HcQx7LrV2ZpW8nYtB4kD3s", "claude-opus-4-1-20250805", (4121, 1520, 18034, 1))]
     index = 0
 
     def thinking(n: int, offset: int) -> None:
