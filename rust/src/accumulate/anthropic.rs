@@ -1070,7 +1070,12 @@ mod tests {
             let quick_result = quick.add_json(line.as_bytes());
             let event: Option<Event<'_>> = serde_json::from_str(line).ok();
             let general_result = match event {
-                Some(event) if event.kind.as_ref().is_some_and(|k| k.0 == "content_block_delta") => {
+                Some(event)
+                    if event
+                        .kind
+                        .as_ref()
+                        .is_some_and(|k| k.0 == "content_block_delta") =>
+                {
                     general.events += 1;
                     general.block_delta(&event);
                     general.cap.check(general.events - 1)
@@ -1106,7 +1111,14 @@ mod tests {
             ("input_json_delta", "partial_json"),
             ("signature_delta", "signature"),
         ];
-        let pieces = ["Hel", "lo \"w\"\n", "é ☃ \u{1F600}", "", "{\"a\": [1, \"x", "y\"]}"];
+        let pieces = [
+            "Hel",
+            "lo \"w\"\n",
+            "é ☃ \u{1F600}",
+            "",
+            "{\"a\": [1, \"x",
+            "y\"]}",
+        ];
         let mut lines = vec![delta(0, "signature_delta", "signature", "early")];
         lines.push(
             r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"usage":{"input_tokens":3,"output_tokens":1}}}"#
