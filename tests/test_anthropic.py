@@ -683,3 +683,58 @@ def test_stream_anthropic_hands_out_events_and_the_message():
     assert asyncio.run(collect()) == (events, stream.message)
     with pytest.raises(rapidsse.StreamError):
         list(rapidsse.stream_anthropic([ERROR_STREAM], raise_on_error_event=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# A mixed stream: thinking with signatures, text over cited blocks, tool input
+
+MIXED = None
+
+
+def mixed_stream() -> bytes:
+    global MIXED
+    if MIXED is None:
+        from rapidsse import bench
+
+        MIXED = bench.anthropic_mixed_stream(60, 300, 40)
+    return MIXED
+
+
+def test_a_mixed_stream_equals_the_sdks_final_message():
+    data = mixed_stream()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sdk = sdk_final_message(data, beta=False).to_dict()
+    acc = tapped(data)
+    assert mismatches(sdk, raw_snapshot(acc)) == []
+    assert [b["type"] for b in sdk["content"]].count("text") == 6
+    assert acc.warnings == [] and acc.events == data.count(b"\n\n")
+
+
+@settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "300")) // 10, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cuts=st.lists(st.integers(0, 10**9), max_size=40), size=st.sampled_from([7, 64, 512, 4096]))
+def test_a_mixed_stream_at_any_chunking_is_the_one_chunk_result(cuts, size):
+    data = mixed_stream()
+    whole = rapidsse.AnthropicAccumulator()
+    whole.feed(data)
+    acc = rapidsse.AnthropicAccumulator()
+    points = sorted({0, len(data), *(c % len(data) for c in cuts)})
+    for a, b in zip(points, points[1:]):
+        for chunk in chunked(data[a:b], size):
+            acc.feed(chunk)
+    assert raw_snapshot(acc) == raw_snapshot(whole)
+    assert acc.message == whole.message
+    assert (acc.warnings, acc.events, acc.unknown_events) == (whole.warnings, whole.events, whole.unknown_events)
+
+
+@needs_native
+def test_backends_agree_on_a_mixed_stream_and_its_edits():
+    data = mixed_stream()
+    assert_twins_feed("AnthropicCore", data, (1, 33, 512))
+    rng = random.Random(22)
+    edits = [b'"', b"\\", b"}", b"\r", b"\n", b"\\u00e9", b"\\ud800", b"0", b" ", b"\xc3"]
+    for _ in range(60):
+        at = rng.randrange(len(data))
+        edited = data[:at] + rng.choice(edits) + data[at + rng.randrange(2):]
+        assert_twins_feed("AnthropicCore", edited, (rng.choice((5, 512)),))

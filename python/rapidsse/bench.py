@@ -42,6 +42,8 @@ __all__ = [
     "GROUPS",
     "Recording",
     "Workload",
+    "anthropic_mixed_events",
+    "anthropic_mixed_stream",
     "anthropic_stream",
     "chat_mixed_stream",
     "chat_stream",
@@ -89,9 +91,10 @@ ASYNC_CHAT = "async vs sync: typed Chat, async generator vs list of the same chu
 CHAT_ACCUMULATE = "final ChatCompletion: text deltas, then a tool call (512-byte chunks)"
 CHAT_ACCUMULATE_MIXED = "final ChatCompletion: n=2, text and parallel tool calls (512-byte chunks)"
 CHAT_ACCUMULATE_CORPUS = "final ChatCompletion: the corpus's chat recordings (512-byte chunks)"
+ANTHROPIC_MIXED = "Anthropic Messages, mixed: thinking, text, citations, tool input (512-byte chunks)"
 GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC,
           HTTPX_SSE_CORPUS, TYPED_GEMINI, GEMINI_ACCUMULATE, TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE, ANTHROPIC,
-          CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED, CHAT_ACCUMULATE_CORPUS, ASYNC_RESPONSES, ASYNC_CHAT)
+          ANTHROPIC_MIXED, CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED, CHAT_ACCUMULATE_CORPUS, ASYNC_RESPONSES, ASYNC_CHAT)
 """Every group, in the order :func:`run_all` reports them."""
 
 # ---------------------------------------------------------------------------------------------------
@@ -912,7 +915,7 @@ def contenders(group: str) -> list[Contender]:
                       functools.partial(_tap_into_python, "CompletionsAccumulator", "completion")),
             Contender("openai SDK completions.create(stream=True), texts joined", _sdk_completions_joined, _SDK),
         ]
-    if group == ANTHROPIC:
+    if group in (ANTHROPIC, ANTHROPIC_MIXED):
         return _anthropic_contenders()
     if group in (ASYNC_RESPONSES, ASYNC_CHAT):
         return _async_contenders("responses" if group == ASYNC_RESPONSES else "chat")
@@ -1112,29 +1115,8 @@ def anthropic_stream(n_events: int = 1700) -> bytes:
         raise ValueError(f"an Anthropic stream here needs at least {fixed + 12} events")
     n_thinking, n_search_json, n_tool_json = n_deltas // 6, 4, n_deltas // 10
     n_text = n_deltas - n_thinking - n_search_json - n_tool_json
-    usage = {
-        "input_tokens": 2679, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
-        "output_tokens": 3, "service_tier": "standard",
-    }  # fmt: skip
-    message = {
-        "id": _ANTHROPIC_MESSAGE_ID, "type": "message", "role": "assistant", "model": "claude-sonnet-4-20250514",
-        "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage,
-    }  # fmt: skip
-
-    def event(kind: str, **fields: Any) -> bytes:
-        return _sse(kind, {"type": kind, **fields})
-
-    def delta(index: int, **fields: Any) -> bytes:
-        return event("content_block_delta", index=index, delta=fields)
-
-    def json_pieces(value: Any, n: int) -> list[str]:
-        text = _encode(value).decode()
-        step = max(1, -(-len(text) // n))
-        pieces = [text[i : i + step] for i in range(0, len(text), step)]
-        return (pieces + [""] * n)[:n] if len(pieces) <= n else pieces[: n - 1] + ["".join(pieces[n - 1 :])]
-
-    out = [event("message_start", message=message)]
+    event, delta, json_pieces = _anthropic_event, _anthropic_delta, _json_pieces
+    out = [_anthropic_message_start(_ANTHROPIC_MESSAGE_ID, "claude-sonnet-4-20250514", (2679, 0, 0, 3))]
     out.append(event("content_block_start", index=0, content_block={"type": "thinking", "thinking": "", "signature": ""}))
     out += [delta(0, type="thinking_delta", thinking=_delta(i)) for i in range(n_thinking)]
     out.append(delta(0, type="signature_delta", signature="EqQBCkYIBxgCKkDL" * 12))
@@ -1171,6 +1153,102 @@ def anthropic_stream(n_events: int = 1700) -> bytes:
     out.append(event("message_stop"))
     assert len(out) == n_events, (len(out), n_events)
     return b"".join(out)
+
+
+def _anthropic_message_start(message_id: str, model: str, tokens: tuple[int, int, int, int]) -> bytes:
+    """A ``message_start`` event; ``tokens``: input, cache created, cache read, output."""
+    input_tokens, cache_created, cache_read, output_tokens = tokens
+    usage = {
+        "input_tokens": input_tokens, "cache_creation_input_tokens": cache_created,
+        "cache_read_input_tokens": cache_read,
+        "cache_creation": {"ephemeral_5m_input_tokens": cache_created, "ephemeral_1h_input_tokens": 0},
+        "output_tokens": output_tokens, "service_tier": "standard",
+    }  # fmt: skip
+    message = {
+        "id": message_id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": usage,
+    }  # fmt: skip
+    return _anthropic_event("message_start", message=message)
+
+
+def _anthropic_event(kind: str, **fields: Any) -> bytes:
+    return _sse(kind, {"type": kind, **fields})
+
+
+def _anthropic_delta(index: int, **fields: Any) -> bytes:
+    return _anthropic_event("content_block_delta", index=index, delta=fields)
+
+
+def _json_pieces(value: Any, n: int) -> list[str]:
+    """``value``'s JSON cut into ``n`` pieces, as a tool's input streams."""
+    text = _encode(value).decode()
+    step = max(1, -(-len(text) // n))
+    pieces = [text[i : i + step] for i in range(0, len(text), step)]
+    return (pieces + [""] * n)[:n] if len(pieces) <= n else pieces[: n - 1] + ["".join(pieces[n - 1 :])]
+
+
+def anthropic_mixed_stream(n_thinking: int = 300, n_text: int = 2000, n_tool_json: int = 100) -> bytes:
+    """A held-out Anthropic stream that mixes every kind of delta, unlike :func:`anthropic_stream`'s
+    long runs: ``message_start``; a thinking block of ``n_thinking``
+    ``thinking_delta``\\s (longer pieces than text), its ``signature_delta``; ``n_text``
+    ``text_delta``\\s spread over six text blocks, four of which open with one or two
+    ``citations_delta``\\s (as an answer that cites its search results streams); a second thinking
+    block (interleaved thinking); a ``tool_use`` block whose input streams as ``n_tool_json``
+    ``input_json_delta``\\s; ``message_delta`` and ``message_stop``. The event count is
+    :func:`anthropic_mixed_events`.
+    """
+    event, delta = _anthropic_event, _anthropic_delta
+    out = [_anthropic_message_start("msg_01HcQx7LrV2ZpW8nYtB4kD3s", "claude-opus-4-1-20250805", (4121, 1520, 18034, 1))]
+    index = 0
+
+    def thinking(n: int, offset: int) -> None:
+        nonlocal index
+        out.append(event("content_block_start", index=index,
+                         content_block={"type": "thinking", "thinking": "", "signature": ""}))
+        out.extend(delta(index, type="thinking_delta", thinking=_delta(offset + i) + _delta(offset + 2 * i + 1))
+                   for i in range(n))
+        out.append(delta(index, type="signature_delta", signature="ErUBCkYIBRgCIkBx9Q" * 24))
+        out.append(event("content_block_stop", index=index))
+        index += 1
+
+    def text(n: int, offset: int, citations: int) -> None:
+        nonlocal index
+        out.append(event("content_block_start", index=index, content_block={"type": "text", "text": ""}))
+        for k in range(citations):
+            citation = {
+                "type": "web_search_result_location", "cited_text": f"Passage {index}.{k} of the source.",
+                "url": f"https://example.org/article/{index}/{k}", "title": f"Article {index}",
+                "encrypted_index": "Eo8BCioIBRgCIiQ" * 5,
+            }  # fmt: skip
+            out.append(delta(index, type="citations_delta", citation=citation))
+        out.extend(delta(index, type="text_delta", text=_delta(offset + i)) for i in range(n))
+        out.append(event("content_block_stop", index=index))
+        index += 1
+
+    n_first_thinking = n_thinking - n_thinking // 6
+    thinking(n_first_thinking, 0)
+    share = [n_text * w // 20 for w in (6, 2, 3, 2, 3)]
+    for k, (n, cites) in enumerate(zip(share, (0, 1, 2, 1, 2))):
+        text(n, 1000 * k, cites)
+    thinking(n_thinking - n_first_thinking, 7)
+    text(n_text - sum(share), 9000, 0)
+    tool = {"type": "tool_use", "id": "toolu_01Wq3nV8cXk2bZr6HtY5pL9e", "name": "write_report", "input": {}}
+    out.append(event("content_block_start", index=index, content_block=tool))
+    report = {"title": "Weather \"today\"", "sections": [{"heading": _delta(i), "body": _delta(i + 5)} for i in range(n_tool_json)]}
+    out.extend(delta(index, type="input_json_delta", partial_json=p) for p in _json_pieces(report, n_tool_json))
+    out.append(event("content_block_stop", index=index))
+    out.append(event("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None},
+                     usage={"output_tokens": n_thinking + n_text + n_tool_json,
+                            "server_tool_use": {"web_search_requests": 2}}))
+    out.append(event("message_stop"))
+    return b"".join(out)
+
+
+def anthropic_mixed_events(n_thinking: int = 300, n_text: int = 2000, n_tool_json: int = 100) -> int:
+    """The number of events in :func:`anthropic_mixed_stream` of these counts."""
+    # message_start; two thinking blocks (start, signature, stop); six text blocks (start,
+    # stop) and their six citations; the tool block (start, stop); message_delta, message_stop.
+    return n_thinking + n_text + n_tool_json + 1 + 2 * 3 + 6 * 2 + 6 + 2 + 2
 
 
 _ANTHROPIC_SDK = ("anthropic",)
@@ -1285,6 +1363,10 @@ def workload(group: str, n_events: int = 3000) -> Workload:
         recordings = [r for r in corpus_recordings() if r.protocol == "chat"]
         inputs = [("chat", chunked(r.data, CHUNK_SIZE)) for r in recordings]
         return Workload(inputs, sum(map(_typed_event_count, recordings)), sum(len(r.data) for r in recordings))
+    if group == ANTHROPIC_MIXED:
+        counts = (300 * n_events // 3000, 2000 * n_events // 3000, 100 * n_events // 3000)
+        data = anthropic_mixed_stream(*counts)
+        return Workload(chunked(data, CHUNK_SIZE), anthropic_mixed_events(*counts), len(data))
     if group == CORPUS:
         recordings = corpus_recordings()
         inputs = [(r.protocol, chunked(r.data, CHUNK_SIZE)) for r in recordings]

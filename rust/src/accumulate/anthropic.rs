@@ -350,7 +350,7 @@ impl AnthropicAccumulator {
         self.apply_delta(event.index.unwrap_or(0), delta);
     }
 
-    /// A text, thinking or input JSON delta read by [`quick_delta`]: what
+    /// A text, thinking, input JSON or signature delta read by [`quick_delta`]: what
     /// [`apply_delta`](Self::apply_delta) does with it, without building a [`BlockDelta`] or
     /// matching its type's name.
     #[inline]
@@ -372,6 +372,11 @@ impl AnthropicAccumulator {
                         json.push_str(text);
                     }
                 }
+            }
+            QuickKind::Signature if &*block.kind == "thinking" => {
+                block
+                    .object
+                    .insert("signature".to_owned(), Value::String(text.to_owned()));
             }
             _ => {}
         }
@@ -665,8 +670,8 @@ impl Block {
 /// The SSE lines before a delta's payload, as Anthropic frames it.
 pub(crate) const FRAMED_PREFIX: &[u8] = b"event: content_block_delta\ndata: ";
 
-/// What a text, thinking or input JSON delta starts with, after its block index.
-const QUICK_DELTAS: [(&[u8], QuickKind); 3] = [
+/// What a text, thinking, input JSON or signature delta starts with, after its block index.
+const QUICK_DELTAS: [(&[u8], QuickKind); 4] = [
     (br#","delta":{"type":"text_delta","text":"#, QuickKind::Text),
     (
         br#","delta":{"type":"thinking_delta","thinking":"#,
@@ -676,6 +681,10 @@ const QUICK_DELTAS: [(&[u8], QuickKind); 3] = [
         br#","delta":{"type":"input_json_delta","partial_json":"#,
         QuickKind::InputJson,
     ),
+    (
+        br#","delta":{"type":"signature_delta","signature":"#,
+        QuickKind::Signature,
+    ),
 ];
 
 #[derive(Clone, Copy)]
@@ -683,6 +692,7 @@ enum QuickKind {
     Text,
     Thinking,
     InputJson,
+    Signature,
 }
 
 impl QuickKind {
@@ -711,6 +721,13 @@ impl QuickKind {
                     ..BlockDelta::default()
                 },
             ),
+            QuickKind::Signature => (
+                "signature_delta",
+                BlockDelta {
+                    signature: text,
+                    ..BlockDelta::default()
+                },
+            ),
         };
         delta.kind = Some(Str(Cow::Borrowed(name)));
         delta
@@ -719,7 +736,7 @@ impl QuickKind {
 
 /// The quick path for the bulk of a stream: a `content_block_delta` payload written exactly
 /// as Anthropic writes it (`{"type":"content_block_delta","index":N,"delta":{"type":
-/// "text_delta","text":"..."}}`, or a thinking or input JSON delta, whitespace allowed only
+/// "text_delta","text":"..."}}`, or a thinking, input JSON or signature delta, whitespace allowed only
 /// after the delta's string) read without serde: its index, type and string, or None for
 /// anything else (then read the general way). It takes only what serde would read the same
 /// way: an index of digits within `u64`, a string the lexer validates (escapes, no control
@@ -965,7 +982,19 @@ mod tests {
                 None,
             ),
             (
-                r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"x"}}"#,
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"EqQBCkYIBxgCKkDL\/+="}}"#,
+                Some((1, "EqQBCkYIBxgCKkDL/+=")),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"x","index":2}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":7}}"#,
+                None,
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"citations_delta","citation":{}}}"#,
                 None,
             ),
         ];
@@ -990,6 +1019,7 @@ mod tests {
                             .text
                             .or(d.thinking)
                             .or(d.partial_json)
+                            .or(d.signature)
                             .unwrap()
                             .0
                             .into_owned();
@@ -1016,28 +1046,125 @@ mod tests {
         // On the corpus, every payload it takes gives the message the general path gives.
         let mut taken = 0;
         for lines in corpus_lines("anthropic") {
-            let mut quick = AnthropicAccumulator::new();
-            let mut general = AnthropicAccumulator::new();
-            for line in lines.iter().filter(|l| l.starts_with('{')) {
-                taken += usize::from(
-                    quick_delta(line.as_bytes(), Some(line.len()), &mut scratch).is_some(),
-                );
-                quick.add_json(line.as_bytes()).unwrap();
-                let event: Event<'_> = serde_json::from_str(line).unwrap();
-                general.events += 1;
-                match event.kind.as_ref().map(|k| &*k.0) {
-                    Some("content_block_delta") => general.block_delta(&event),
-                    _ => {
-                        general.events -= 1;
-                        general.add_json(line.as_bytes()).unwrap();
-                    }
-                }
-            }
-            assert_eq!(quick.snapshot_json(), general.snapshot_json());
-            assert_eq!(quick.warnings(), general.warnings());
-            assert_eq!(quick.unknown_events(), general.unknown_events());
+            let lines: Vec<&str> = lines
+                .iter()
+                .filter(|l| l.starts_with('{'))
+                .map(String::as_str)
+                .collect();
+            taken += quick_and_general_agree(&lines);
         }
         assert!(taken > 400, "{taken}");
+    }
+
+    /// Feeds `lines` with `add_json` (the quick path where it applies) and with every delta
+    /// read by serde (the general path): the same message, after every event, the same
+    /// warnings and counts. Returns how many the quick path took.
+    fn quick_and_general_agree(lines: &[&str]) -> usize {
+        let mut scratch = Vec::new();
+        let mut taken = 0;
+        let mut quick = AnthropicAccumulator::with_text_cap(Some(4096));
+        let mut general = AnthropicAccumulator::with_text_cap(Some(4096));
+        for line in lines {
+            taken +=
+                usize::from(quick_delta(line.as_bytes(), Some(line.len()), &mut scratch).is_some());
+            let quick_result = quick.add_json(line.as_bytes());
+            let event: Option<Event<'_>> = serde_json::from_str(line).ok();
+            let general_result = match event {
+                Some(event)
+                    if event
+                        .kind
+                        .as_ref()
+                        .is_some_and(|k| k.0 == "content_block_delta") =>
+                {
+                    general.events += 1;
+                    general.block_delta(&event);
+                    general.cap.check(general.events - 1)
+                }
+                _ => general.add_json(line.as_bytes()),
+            };
+            assert_eq!(quick_result, general_result, "{line}");
+            assert_eq!(quick.snapshot_json(), general.snapshot_json(), "{line}");
+        }
+        assert_eq!(quick.warnings(), general.warnings());
+        assert_eq!(quick.unknown_events(), general.unknown_events());
+        assert_eq!(quick.events(), general.events());
+        taken
+    }
+
+    #[test]
+    fn a_mixed_stream_is_read_the_same_quick_and_general() {
+        // Thinking with its signature, text over several blocks with citations, tool input
+        // with escapes, and deltas on the wrong blocks, on none, and before message_start.
+        let delta = |index: usize, kind: &str, key: &str, text: &str| {
+            format!(
+                r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"{kind}","{key}":{}}}}}"#,
+                serde_json::to_string(text).unwrap()
+            )
+        };
+        let start = |index: usize, block: &str| {
+            format!(r#"{{"type":"content_block_start","index":{index},"content_block":{block}}}"#)
+        };
+        let stop = |index: usize| format!(r#"{{"type":"content_block_stop","index":{index}}}"#);
+        let kinds = [
+            ("text_delta", "text"),
+            ("thinking_delta", "thinking"),
+            ("input_json_delta", "partial_json"),
+            ("signature_delta", "signature"),
+        ];
+        let pieces = [
+            "Hel",
+            "lo \"w\"\n",
+            "é ☃ \u{1F600}",
+            "",
+            "{\"a\": [1, \"x",
+            "y\"]}",
+        ];
+        let mut lines = vec![delta(0, "signature_delta", "signature", "early")];
+        lines.push(
+            r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"usage":{"input_tokens":3,"output_tokens":1}}}"#
+                .to_owned(),
+        );
+        let blocks = [
+            r#"{"type":"thinking","thinking":"","signature":""}"#,
+            r#"{"type":"text","text":""}"#,
+            r#"{"type":"tool_use","id":"t","name":"f","input":{}}"#,
+            r#"{"type":"text","text":"pre","citations":null}"#,
+            r#"{"type":"redacted_thinking","data":"x"}"#,
+            r#"{"type":"thinking","thinking":"so far"}"#,
+        ];
+        for (index, block) in blocks.iter().enumerate() {
+            lines.push(start(index, block));
+            for (i, piece) in pieces.iter().enumerate() {
+                for (j, (kind, key)) in kinds.iter().enumerate() {
+                    // Every kind on every block, and on the block before and one not there yet.
+                    lines.push(delta(index, kind, key, piece));
+                    if (i + j) % 3 == 0 {
+                        lines.push(delta(index + (i + j) % 2 * 7, kind, key, piece));
+                    }
+                }
+                lines.push(format!(
+                    r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"citations_delta","citation":{{"type":"char_location","cited_text":"{i}"}}}}}}"#
+                ));
+            }
+            if index % 2 == 0 {
+                lines.push(stop(index));
+            }
+        }
+        // Past the text cap (4096 bytes): refused the same way.
+        lines.push(delta(1, "text_delta", "text", &"x".repeat(5000)));
+        lines.push(delta(0, "signature_delta", "signature", &"s".repeat(5000)));
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let taken = quick_and_general_agree(&lines);
+        assert!(taken > 150, "{taken}");
+        // And each line's one-byte mutations.
+        for mutated in crate::accumulate::mutations(lines[20..40].join("\n").as_bytes()) {
+            let Ok(text) = std::str::from_utf8(&mutated) else {
+                continue;
+            };
+            let mut all: Vec<&str> = lines[..20].to_vec();
+            all.extend(text.split('\n'));
+            quick_and_general_agree(&all);
+        }
     }
 
     #[test]
