@@ -4,6 +4,7 @@ holds, and a killed actor's requests are failures with the reason (not lost, not
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -11,6 +12,10 @@ import pytest
 pytest.importorskip("httptools")
 pytest.importorskip("uvicorn")
 ray = pytest.importorskip("ray")
+if os.environ.get("RAPIDSSE_BACKEND") == "python":
+    # What is tested is Ray's placement, barrier and failures, not the parser, and a Ray start
+    # costs seconds: once, in the Rust-backend run of the suite.
+    pytest.skip("the Ray tests run in the Rust-backend run of the suite", allow_module_level=True)
 
 from rapidsse import measure as m  # noqa: E402
 from rapidsse import measure_workers as w  # noqa: E402

@@ -26,7 +26,7 @@ use super::native::{
     claim_field, new_ref, AtDefault, Deviation, JsonNamed, Owned, WireKit, MAX_CACHED_WIRES,
 };
 use super::structs::{direct_reads, Slot};
-use crate::lex::{same, Lexer, MAX_DEPTH};
+use crate::lex::{Lexer, MAX_DEPTH};
 
 struct PassField {
     json: Box<[u8]>,
