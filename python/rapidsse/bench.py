@@ -920,7 +920,7 @@ def contenders(group: str) -> list[Contender]:
     if group in (ASYNC_RESPONSES, ASYNC_CHAT):
         return _async_contenders("responses" if group == ASYNC_RESPONSES else "chat")
     if group in (CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED, CHAT_ACCUMULATE_CORPUS):
-        return _chat_accumulate_contenders(over_corpus=group == CHAT_ACCUMULATE_CORPUS)
+        return _chat_accumulate_contenders(over_corpus=group == CHAT_ACCUMULATE_CORPUS, streamed=group == CHAT_ACCUMULATE)
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 
@@ -1054,7 +1054,35 @@ def _litellm_built(payloads: list[bytes]) -> int:
     return len(chunks)
 
 
-def _chat_accumulate_contenders(over_corpus: bool) -> list[Contender]:
+def _litellm_wrapped(payloads: list[bytes]) -> int:
+    """LiteLLM's own chunk objects: each payload parsed and made the ``ModelResponseStream`` its
+    stream wrapper yields (and a gateway holds), then ``stream_chunk_builder`` over them."""
+    import json
+
+    litellm = _litellm()
+    chunks = [litellm.ModelResponseStream(**json.loads(p)) for p in payloads]
+    assert litellm.stream_chunk_builder(chunks).choices
+    return len(chunks)
+
+
+def _litellm_streamed(chunks: list[bytes]) -> int:
+    """What a LiteLLM gateway runs per stream: ``litellm.completion(stream=True)`` over the same
+    bytes (through the openai SDK client and mock transport of the SDK's row, so the same transport
+    cost), iterated to the end, then ``stream_chunk_builder`` over what it yielded."""
+    litellm = _litellm()
+    client, server = _openai_client()
+    server.chunks = chunks
+    messages = [{"role": "user", "content": "Hi"}]
+    stream = litellm.completion(model="openai/gpt-4o", messages=messages, stream=True, client=client,
+                                api_key="x", api_base="http://test/v1")
+    got = list(stream)
+    final = litellm.stream_chunk_builder(got, messages=messages)
+    assert final.choices and final.usage.completion_tokens
+    # LiteLLM reads the usage-only chunk without yielding it (its figures reach the built response)
+    return len(got) + 1
+
+
+def _chat_accumulate_contenders(over_corpus: bool, streamed: bool = False) -> list[Contender]:
     """The final-ChatCompletion groups' contenders (over every chat recording when ``over_corpus``)."""
     _litellm_offline()
     def each(run: Callable[[list[bytes]], int]) -> Callable[[Any], int]:
@@ -1085,8 +1113,16 @@ def _chat_accumulate_contenders(over_corpus: bool) -> list[Contender]:
                   each(functools.partial(_tap_into_python, "ChatAccumulator", "completion"))),
         Contender("openai SDK chat.completions.stream + get_final_completion", each(_sdk_final_completion), _SDK),
     ]
+    def wrapped(payloads: Any) -> int:
+        return sum(map(_litellm_wrapped, payloads)) if over_corpus else _litellm_wrapped(payloads)
+
     rows.append(Contender("LiteLLM stream_chunk_builder (payloads parsed by json.loads)", litellm,
                           ("litellm",), prepare=split))
+    rows.append(Contender("LiteLLM stream_chunk_builder over ModelResponseStream chunks (json.loads each)", wrapped,
+                          ("litellm",), prepare=split))
+    if streamed:  # the one-choice stream (LiteLLM's stream wrapper folds chunks of n=2 ones)
+        rows.append(Contender("LiteLLM completion(stream=True) + stream_chunk_builder (SDK transport)",
+                              _litellm_streamed, ("litellm",)))
     return rows
 
 
