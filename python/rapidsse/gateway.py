@@ -218,8 +218,8 @@ def _has_output(protocol: str, snapshot: Union[bytes, None]) -> bool:
     """Whether the JSON of the object built so far (the core's ``snapshot_json``) holds any
     generated output (for the time to first token: checked only until it does). Read as plain
     JSON, not as the protocol's typed object: the typed snapshot (its schema check, its wire
-    info, then ``to_builtins`` to walk it) cost most of the tap's per-exchange time, and the
-    same members are looked at."""
+    info, then ``to_builtins`` to walk it) is work the check does not need, and the same members
+    are looked at."""
     if snapshot is None:
         return False
     try:
@@ -865,21 +865,21 @@ def _app_from_environment() -> Gateway:
 
 
 # The cyclic garbage collector's thresholds in a worker of the command (Python's: 700, 10, 10).
-COLLECTOR_THRESHOLDS = (10_000, 50, 50)
+_COLLECTOR_THRESHOLDS = (10_000, 50, 50)
 
 
 def _tune_collector() -> None:
     """Makes the cyclic collector's pauses rare in a worker of ``rapidsse gateway``: freezes what
     startup made (the modules, the app: never walked again) and raises the thresholds. With
-    Python's defaults a busy gateway (512 streams in flight) ran three full collections in two
-    seconds, the longest 60 ms of CPU with every stream's next chunk waiting; frozen and at
+    Python's defaults a busy gateway (512 streams in flight, two runs of 1024) ran three full
+    collections, the longest 60 ms of CPU with every stream's next chunk waiting; frozen and at
     these thresholds, a few young collections and no full one. A finished exchange leaves no
     reference cycle (tests/test_gateway.py checks it), so deferring collections piles nothing
     up; the collector stays on because the fault paths do make cycles (aiohttp's exceptions
     keep their tracebacks), and those are still collected."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    gc.set_threshold(*_COLLECTOR_THRESHOLDS)
 
 
 def register(subparsers: Any) -> None:
