@@ -435,6 +435,44 @@ def test_metrics(synthetic_gateway, synthetic_records):
     assert 'rapidsse_gateway_duration_seconds_bucket{le="+Inf",protocol="chat"}' in text
 
 
+@pytest.mark.parametrize("tap", [True, False], ids=["tapped", "no-tap"])
+def test_exchanges_leave_no_reference_cycles(tap):
+    """``rapidsse gateway`` freezes what startup made and raises the collector's thresholds, so
+    that a full collection (milliseconds with hundreds of streams in flight, a late chunk on each)
+    all but never runs: that is sound only if an exchange leaves no reference cycle behind, tapped
+    or not, for every protocol. (The synthetic server and the measure client, in this process too,
+    make none: tests/test_measure.py.)"""
+    import gc
+
+    from rapidsse import measure as m
+
+    pytest.importorskip("uvloop")
+    records = Records()
+    with SyntheticServer(tokens=8, rate=400, ttft=0.01) as server, \
+            BackgroundServer(create_gateway(server.url, on_complete=records, tap=tap)) as gateway:
+        def drive(count: int) -> None:
+            for protocol in m.PROTOCOLS:
+                run = m.run_loop(m.measure(m.endpoint_url(gateway.url, protocol, "some-model"),
+                                           [m.request_body(protocol, "hi there", model="some-model")],
+                                           protocol=protocol, num_prompts=count, max_concurrency=3))
+                assert all(r.ok for r in run.results)
+            records.take(count * len(m.PROTOCOLS))
+
+        drive(2)  # imports, first-call caches, the metrics' children, pooled connections
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            drive(6)
+            found = gc.collect()
+            kinds = sorted({type(o).__name__ for o in gc.garbage})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert found == 0, kinds
+
+
 # --- Faults: an upstream made for each ---------------------------------------------------------------
 
 
@@ -537,6 +575,76 @@ def free_port_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens there once closed
+
+
+class KeepAliveRace:
+    """A raw HTTP/1.1 upstream (asyncio streams on a thread of its own) that answers the first
+    request on each connection, keeps the connection open, and closes it without an answer when
+    a second request arrives on it: what a keep-alive race looks like from the client's side (the
+    server closed an idle connection just as a request was written on it; it never processed
+    that request). ``answered`` lists the bodies it answered, ``dropped`` counts the others."""
+
+    REPLY = b'{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":' \
+            b'{"role":"assistant","content":"hi"},"finish_reason":"stop"}],' \
+            b'"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+
+    def __init__(self) -> None:
+        self.answered: list[bytes] = []
+        self.dropped = 0
+        self.connections = 0
+        self._loop = asyncio.new_event_loop()
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+    async def _serve(self, reader, writer):
+        self.connections += 1
+        try:
+            for count in range(2):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                body = await reader.readexactly(length)
+                if count:
+                    self.dropped += 1
+                    return  # closed, not answered
+                self.answered.append(body)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                             % len(self.REPLY) + self.REPLY)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(TIMEOUT)
+
+
+def test_a_request_on_a_pooled_connection_upstream_just_closed_is_sent_once_more():
+    """The keep-alive race: the second request goes out on the pooled connection of the first,
+    which upstream closes unanswered. aiohttp resends only idempotent methods by itself (not a
+    POST, per RFC 9112 9.3.1); the gateway sends it once more on a new connection. The client
+    gets one correct reply to each request, and upstream answers each exactly once: the first,
+    already answered, is not sent again."""
+    upstream = KeepAliveRace()
+    records = Records()
+    try:
+        with BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway, \
+                httpx.Client(timeout=TIMEOUT) as client:
+            replies = [client.post(gateway.url + "/v1/chat/completions", json={"model": "m", "n": n})
+                       for n in (1, 2)]
+            got = records.take(2)
+    finally:
+        upstream.close()
+    assert [r.status_code for r in replies] == [200, 200]
+    assert [r.content for r in replies] == [KeepAliveRace.REPLY] * 2
+    assert [json.loads(body)["n"] for body in upstream.answered] == [1, 2]  # each once, in order
+    assert upstream.dropped == 1 and upstream.connections == 2  # the race did happen, once
+    assert [(r.outcome, r.tokens) for r, _ in got] == [("complete", Tokens(input=1, output=1))] * 2
 
 
 def test_unreachable_upstream_is_a_502_in_each_protocols_error_shape():

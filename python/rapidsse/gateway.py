@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import inspect
 import logging
 import os
@@ -210,10 +211,22 @@ def _has_text(node: Any) -> bool:
     return False
 
 
-def _has_output(protocol: str, final: Any) -> bool:
-    """Whether the object built so far holds any generated output (for the time to first token:
-    checked only until it does)."""
-    return final is not None and _has_text(msgspec.to_builtins(getattr(final, _OUTPUT[protocol])))
+_decode_builtins = msgspec.json.decode
+
+
+def _has_output(protocol: str, snapshot: Union[bytes, None]) -> bool:
+    """Whether the JSON of the object built so far (the core's ``snapshot_json``) holds any
+    generated output (for the time to first token: checked only until it does). Read as plain
+    JSON, not as the protocol's typed object: the typed snapshot (its schema check, its wire
+    info, then ``to_builtins`` to walk it) is work the check does not need, and the same members
+    are looked at."""
+    if snapshot is None:
+        return False
+    try:
+        built = _decode_builtins(snapshot)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(built, dict) and _has_text(built.get(_OUTPUT[protocol]))
 
 
 def _describe(record: ExchangeRecord, protocol: str, final: Any) -> None:
@@ -311,6 +324,8 @@ def _requested_model(protocol: Union[str, None], path: str, body: bytes) -> Unio
     return model if isinstance(model, str) else None
 
 
+_TOKEN_KINDS = ("input", "output", "cached", "reasoning")
+
 # --- Metrics --------------------------------------------------------------------------------------
 
 
@@ -327,6 +342,7 @@ class _Metrics:
         self._client = prometheus_client
         self.registry = prometheus_client.CollectorRegistry()
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self.requests = prometheus_client.Counter(
             "rapidsse_gateway_requests_total", "Exchanges forwarded, by protocol, model and outcome",
             ["protocol", "model", "outcome"], registry=self.registry)
@@ -345,16 +361,26 @@ class _Metrics:
     def observe(self, record: ExchangeRecord) -> None:
         protocol = record.protocol or "none"
         model = record.model or ""
-        self.requests.labels(protocol, model, record.outcome).inc()
+        child = self._child
+        child(self.requests, protocol, model, record.outcome).inc()
         tokens = record.tokens
         if tokens is not None:
-            for kind in ("input", "output", "cached", "reasoning"):
-                count = getattr(tokens, kind)
+            for kind, count in zip(_TOKEN_KINDS, (tokens.input, tokens.output, tokens.cached, tokens.reasoning)):
                 if count:
-                    self.tokens.labels(protocol, model, kind).inc(count)
+                    child(self.tokens, protocol, model, kind).inc(count)
         if record.ttft is not None:
-            self.ttft.labels(protocol).observe(record.ttft)
-        self.duration.labels(protocol).observe(record.duration)
+            child(self.ttft, protocol).observe(record.ttft)
+        child(self.duration, protocol).observe(record.duration)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        # The labelled children, kept here: prometheus-client's ``labels()`` validates and locks
+        # on every call, a few µs each, up to seven times per exchange. (A child is made on first
+        # use, as before; prometheus-client keeps every child itself, so nothing new piles up.)
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def exposition(self) -> bytes:
         client = self._client
@@ -594,6 +620,7 @@ class Gateway:
         read = upstream.content.read
         most = self.read_buffer
         feed = accumulator.feed
+        core = accumulator._core
         # Until the first output: the accumulator's event count when it was last looked at.
         seen = 0 if record.protocol is not None else -1
         chunks = size = 0
@@ -615,7 +642,7 @@ class Gateway:
                         record.outcome, record.error = "bad_stream", f"the tap failed: {type(exc).__name__}: {exc}"
                         feed = None
                     if seen >= 0:
-                        seen = self._first_output(record, accumulator, seen, started)
+                        seen = self._first_output(record, core, seen, started)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
             record.outcome = "upstream_cut"
@@ -627,19 +654,16 @@ class Gateway:
             record.chunks, record.bytes = chunks, size
 
     @staticmethod
-    def _first_output(record: ExchangeRecord, accumulator: Any, seen: int, started: float) -> int:
-        """Stamps ``record.ttft`` when the accumulator first holds output; returns -1 once it has
-        (nothing more to look at), else the event count looked at."""
-        events = accumulator.events
+    def _first_output(record: ExchangeRecord, core: Any, seen: int, started: float) -> int:
+        """Stamps ``record.ttft`` when the accumulator's core first holds output; returns -1 once
+        it has (nothing more to look at), else the event count looked at. (Whether the result
+        fits its schema is the end of the stream's to say, in :meth:`_read_tap`.)"""
+        events = core.events()
         if events == seen:
             return seen
         protocol = record.protocol
         assert protocol is not None
-        try:
-            final = getattr(accumulator, _FINAL[protocol][0])
-        except SSEError:
-            return events  # a snapshot that does not fit the schema: the end of the stream says
-        if _has_output(protocol, final):
+        if _has_output(protocol, core.snapshot_json()):
             record.ttft = time.monotonic() - started
             return -1
         return events
@@ -835,7 +859,27 @@ def _app_from_environment() -> Gateway:
     environment (workers are separate processes that import this factory)."""
     options = msgspec.json.decode(os.environ[_ENV])
     logging.basicConfig(level=options["log_level"].upper(), format="%(message)s", stream=sys.stderr)
-    return create_gateway(options["upstream"], tap=options["tap"], read_timeout=options["read_timeout"])
+    app = create_gateway(options["upstream"], tap=options["tap"], read_timeout=options["read_timeout"])
+    _tune_collector()
+    return app
+
+
+# The cyclic garbage collector's thresholds in a worker of the command (Python's: 700, 10, 10).
+_COLLECTOR_THRESHOLDS = (10_000, 50, 50)
+
+
+def _tune_collector() -> None:
+    """Makes the cyclic collector's pauses rare in a worker of ``rapidsse gateway``: freezes what
+    startup made (the modules, the app: never walked again) and raises the thresholds. With
+    Python's defaults a busy gateway (512 streams in flight, two runs of 1024) ran three full
+    collections, the longest 60 ms of CPU with every stream's next chunk waiting; frozen and at
+    these thresholds, a few young collections and no full one. A finished exchange leaves no
+    reference cycle (tests/test_gateway.py checks it), so deferring collections piles nothing
+    up; the collector stays on because the fault paths do make cycles (aiohttp's exceptions
+    keep their tracebacks), and those are still collected."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*_COLLECTOR_THRESHOLDS)
 
 
 def register(subparsers: Any) -> None:
