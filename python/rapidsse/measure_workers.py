@@ -509,6 +509,18 @@ def _ray_classes() -> tuple[Any, Any]:
 _RAY_CLASSES: tuple[Any, Any] | None = None
 
 
+def ray_actor_options() -> dict[str, Any]:
+    """The options that make an actor of the run a client like a ``--workers`` process: at this
+    process's scheduling priority. Ray starts its worker processes at niceness 15
+    (``RAY_worker_niceness``, read by each worker process as it starts), so that on a machine whose
+    cores are taken (by the server under test, by the driver) the kernel runs an actor last: its
+    reads of the streams come late and in bursts (several tokens per read, so ITLs of 0 and a gap
+    of hundreds of ms), and it sends its requests late, while its CPU per token falls (it waits,
+    it is not busy). Ray merges these ``env_vars`` into the job's runtime environment, whose other
+    fields the actors keep."""
+    return {"runtime_env": {"env_vars": {"RAY_worker_niceness": str(os.nice(0))}}}
+
+
 def ray_workers(workers: int | None) -> list[str]:
     """The node of each Ray worker: ``workers`` in total (``None``: one per CPU of the cluster),
     dealt round-robin over the cluster's live nodes."""
@@ -550,8 +562,10 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                  timeout=timeout, timestamps=timestamps, loop=loop)
     slots_class, worker_class = _ray_classes()
     name = name or f"rapidsse-measure-{os.getpid()}"
-    slots = slots_class.options(name=f"{name}-slots").remote(max_concurrency) if max_concurrency else None
-    actors = [worker_class.options(name=f"{name}-{job.number}", max_restarts=0,
+    priority = ray_actor_options()
+    slots = (slots_class.options(name=f"{name}-slots", **priority).remote(max_concurrency)
+             if max_concurrency else None)
+    actors = [worker_class.options(name=f"{name}-{job.number}", max_restarts=0, **priority,
                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)
                                    ).remote(job, slots) for job, node in zip(jobs, nodes)]
     collector = _Collector(jobs, on_result)
