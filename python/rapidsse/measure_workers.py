@@ -28,12 +28,13 @@ those not yet due are left out, and the report of what was measured is written.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import multiprocessing
-import multiprocessing.connection
 import os
 import pickle
+import selectors
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -304,10 +305,21 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
         pipes.append(mine)
         processes.append(process)
     live = set(range(len(jobs)))
-    owners: dict[Any, int] = {}
+    # One selector for the run, not multiprocessing.connection.wait's new one per wake-up (one a
+    # result): with the polls below, that was about half of the parent's CPU (docs/measure.md).
+    selector = selectors.DefaultSelector()
     for number, (pipe, process) in enumerate(zip(pipes, processes)):
-        owners[pipe] = owners[process.sentinel] = number
+        selector.register(pipe, selectors.EVENT_READ, number)
+        selector.register(process.sentinel, selectors.EVENT_READ, number)
     ready: set[int] = set()
+    started = False
+
+    def retire(number: int) -> None:
+        live.discard(number)
+        for item in (pipes[number], processes[number].sentinel):
+            with contextlib.suppress(KeyError, ValueError):
+                selector.unregister(item)
+
     deadline = time.monotonic() + start_timeout
 
     def deliver(grants: list[tuple[int, int]]) -> None:
@@ -318,49 +330,63 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
                 pass  # it died; its sentinel says so next
 
     def lost(number: int, reason: str) -> None:
-        live.discard(number)
+        retire(number)
         ready.discard(number)
         collector.fail_rest(number, reason)
         if book is not None:
             deliver(book.forget(number))
 
+    def handle(number: int, message: tuple[str, Any]) -> None:
+        kind, value = message
+        if kind == "result":
+            collector.add(value)
+            if book is not None:
+                deliver(book.release(value.index))
+        elif kind == "want" and book is not None:
+            deliver(book.want(number, value))
+        elif kind == "ready":
+            ready.add(number)
+            collector.timestamps.add(value)
+        elif kind == "done":
+            collector.durations[number], cpu = value
+            collector.cpu += cpu
+            retire(number)
+        elif kind == "error":
+            raise ValueError(value)
+
     try:
         while live:
-            if not start[0].is_set() and ready == live:
+            if not started and ready == live:
                 # The workers' start: a moment from now that all of them are likely awake by (one
                 # that wakes later finds its first requests due, and their wait counts).
                 collector.start = start[1].value = time.perf_counter() + START_AHEAD
                 start[0].set()
-            if not start[0].is_set() and time.monotonic() > deadline:
+                started = True
+            if not started and time.monotonic() > deadline:
                 raise TimeoutError(f"the workers were not ready within {start_timeout:g} s")
-            waitables = [pipes[n] for n in live] + [processes[n].sentinel for n in live]
-            for item in multiprocessing.connection.wait(waitables, timeout=0.5):
-                number = owners[item]
+            for key, _events in selector.select(timeout=0.5):
+                number = key.data
                 if number not in live:
                     continue
                 pipe = pipes[number]
+                if key.fileobj is pipe:
+                    # One message per wake-up (the selector is level-triggered: one more in the
+                    # pipe wakes it again), not `while pipe.poll()`: each poll is a
+                    # multiprocessing.connection.wait, with a new selector of its own.
+                    try:
+                        handle(number, pipe.recv())
+                    except (EOFError, OSError, pickle.UnpicklingError):
+                        # it closed its end or died mid-message: its sentinel says which
+                        with contextlib.suppress(KeyError, ValueError):
+                            selector.unregister(pipe)
+                    continue
+                # Its sentinel: the process ended. What it sent before it did counts first.
                 try:
-                    while pipe.poll():
-                        kind, value = pipe.recv()
-                        if kind == "result":
-                            collector.add(value)
-                            if book is not None:
-                                deliver(book.release(value.index))
-                        elif kind == "want" and book is not None:
-                            deliver(book.want(number, value))
-                        elif kind == "ready":
-                            ready.add(number)
-                            collector.timestamps.add(value)
-                        elif kind == "done":
-                            collector.durations[number], cpu = value
-                            collector.cpu += cpu
-                            live.discard(number)
-                            break
-                        elif kind == "error":
-                            raise ValueError(value)
+                    while number in live and pipe.poll():
+                        handle(number, pipe.recv())
                 except (EOFError, OSError, pickle.UnpicklingError):
-                    pass  # it died mid-message: its sentinel says so
-                if number in live and not processes[number].is_alive():
+                    pass
+                if number in live:
                     processes[number].join()
                     lost(number, f"worker {number} died (exit code {processes[number].exitcode}) "
                                  "before this request ended")
@@ -368,6 +394,7 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
     except KeyboardInterrupt:
         return collector.interrupted(live)
     finally:
+        selector.close()
         stop_processes(processes)
         for pipe in pipes:
             pipe.close()
