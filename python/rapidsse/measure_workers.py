@@ -36,6 +36,7 @@ import os
 import pickle
 import selectors
 import signal
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -230,6 +231,97 @@ class _PipeSlots(m.Slots):
             future.set_result(None)
 
 
+_FRAME = struct.Struct("!I")
+
+
+def _frame(message: Any) -> bytes:
+    """One message on a worker's pipe: its pickle's length (4 bytes), then the pickle."""
+    payload = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+    return _FRAME.pack(len(payload)) + payload
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``data`` written to a blocking ``fd``, all of it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class _Unframer:
+    """The messages of a pipe's bytes, as they come (a message may span reads, a read hold many)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        buffer = self._buffer
+        buffer += data
+        messages, offset = [], 0
+        while len(buffer) - offset >= _FRAME.size:
+            (size,) = _FRAME.unpack_from(buffer, offset)
+            end = offset + _FRAME.size + size
+            if end > len(buffer):
+                break
+            messages.append(pickle.loads(buffer[offset + _FRAME.size:end]))
+            offset = end
+        del buffer[:offset]
+        return messages
+
+
+class _Outbox:
+    """A worker's messages to the parent, written without blocking its event loop and without
+    losing one: what the pipe cannot take now (the parent fell behind, its core taken) waits here
+    and goes when the pipe is writable. (``Connection.send`` would not do: uvloop's ``add_reader``
+    makes the pipe non-blocking, and a full pipe then raised BlockingIOError mid-run and killed
+    the worker, every one of its unfinished requests failed.)"""
+
+    def __init__(self, loop: Any, fd: int) -> None:
+        self._loop, self._fd = loop, fd
+        self._pending = bytearray()
+        self._broken: OSError | None = None
+        os.set_blocking(fd, False)
+
+    def send(self, message: Any) -> None:
+        if self._broken is not None:
+            raise self._broken
+        frame = _frame(message)
+        if self._pending:
+            self._pending += frame
+            return
+        try:
+            written = os.write(self._fd, frame)
+        except BlockingIOError:
+            written = 0
+        if written < len(frame):
+            self._pending += frame[written:]
+            self._loop.add_writer(self._fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            written = os.write(self._fd, self._pending)
+        except BlockingIOError:
+            return
+        except OSError as exc:  # the parent is gone: the next send says so
+            self._broken, written = exc, len(self._pending)
+        del self._pending[:written]
+        if not self._pending:
+            self._loop.remove_writer(self._fd)
+
+    def flush(self) -> None:
+        """Writes what waits, blocking (before the barrier, and at the end, with nothing else to
+        do)."""
+        if self._broken is not None:
+            raise self._broken
+        if self._pending:
+            self._loop.remove_writer(self._fd)
+            os.set_blocking(self._fd, True)
+            try:
+                _write_all(self._fd, bytes(self._pending))
+            finally:
+                os.set_blocking(self._fd, False)
+            self._pending.clear()
+
+
 def _worker_process(connection: Any, job: WorkerJob, start: Any) -> None:
     """The main of a worker process: Ctrl-C is the parent's to handle (it stops the workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -243,26 +335,37 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
     import asyncio
 
     loop = asyncio.get_running_loop()
-    send = connection.send
+    fd = connection.fileno()
+    outbox = _Outbox(loop, fd)
+    send = outbox.send
     cpu = time.process_time()
     try:
         target = await m.prepared_target(job.url, job.protocol, job.headers, job.timestamps)
     except (ValueError, OSError) as exc:
         send(("error", str(exc)))
+        outbox.flush()
         return
     slots = _PipeSlots(send) if job.capped else None
+    inbox = _Unframer()
 
     def readable() -> None:
-        while connection.poll():
-            kind, index = connection.recv()
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            loop.remove_reader(fd)
+            return  # the parent is gone: the next send says so
+        for kind, index in inbox.feed(data):
             if kind == "go" and slots is not None:
                 slots.grant(index)
 
-    loop.add_reader(connection.fileno(), readable)
+    loop.add_reader(fd, readable)
     parent = os.getppid()
 
     def barrier() -> float:
         send(("ready", "kernel" if target.addresses else "read"))
+        outbox.flush()
         event, instant = start
         while not event.wait(0.5):  # (blocking: nothing else runs before the start)
             if os.getppid() != parent:
@@ -273,8 +376,9 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
     run = await m.drive(target, job.protocol, job.bodies, job.plan, slots=slots, warmup=job.warmup,
                         warmup_slots=warmup_slots, timeout=job.timeout, on_result=lambda r: send(("result", r)),
                         started=barrier)
-    loop.remove_reader(connection.fileno())
+    loop.remove_reader(fd)
     send(("done", (run.duration, time.process_time() - cpu)))
+    outbox.flush()
 
 
 def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *, protocol: str = "responses",
@@ -305,8 +409,9 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
         pipes.append(mine)
         processes.append(process)
     live = set(range(len(jobs)))
-    # One selector for the run, not multiprocessing.connection.wait's new one per wake-up (one a
-    # result): with the polls below, that was about half of the parent's CPU (docs/measure.md).
+    # One selector for the run, and the pipes read by the 64 KiB, not multiprocessing's wait and
+    # poll (a new selector each call) and one recv a message: that was about half of the parent's
+    # CPU (docs/measure.md).
     selector = selectors.DefaultSelector()
     for number, (pipe, process) in enumerate(zip(pipes, processes)):
         selector.register(pipe, selectors.EVENT_READ, number)
@@ -325,7 +430,7 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
     def deliver(grants: list[tuple[int, int]]) -> None:
         for worker, index in grants:
             try:
-                pipes[worker].send(("go", index))
+                _write_all(pipes[worker].fileno(), _frame(("go", index)))
             except OSError:
                 pass  # it died; its sentinel says so next
 
@@ -335,6 +440,22 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
         collector.fail_rest(number, reason)
         if book is not None:
             deliver(book.forget(number))
+
+    inboxes = [_Unframer() for _ in jobs]
+
+    def receive(number: int) -> bool:
+        """Handles what worker ``number``'s pipe holds (one read: the selector wakes again for
+        more); False at its end."""
+        try:
+            data = os.read(pipes[number].fileno(), 1 << 16)
+        except OSError:
+            return False
+        if not data:
+            return False
+        for message in inboxes[number].feed(data):
+            if number in live:
+                handle(number, message)
+        return True
 
     def handle(number: int, message: tuple[str, Any]) -> None:
         kind, value = message
@@ -370,21 +491,12 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
                     continue
                 pipe = pipes[number]
                 if key.fileobj is pipe:
-                    # One message per wake-up (the selector is level-triggered: one more in the
-                    # pipe wakes it again), not `while pipe.poll()`: each poll is a
-                    # multiprocessing.connection.wait, with a new selector of its own.
-                    try:
-                        handle(number, pipe.recv())
-                    except (EOFError, OSError, pickle.UnpicklingError):
-                        # it closed its end or died mid-message: its sentinel says which
+                    if not receive(number):  # it closed its end: its sentinel says why
                         with contextlib.suppress(KeyError, ValueError):
                             selector.unregister(pipe)
                     continue
                 # Its sentinel: the process ended. What it sent before it did counts first.
-                try:
-                    while number in live and pipe.poll():
-                        handle(number, pipe.recv())
-                except (EOFError, OSError, pickle.UnpicklingError):
+                while number in live and receive(number):
                     pass
                 if number in live:
                     processes[number].join()
@@ -545,6 +657,8 @@ def ray_actor_options() -> dict[str, Any]:
     of hundreds of ms), and it sends its requests late, while its CPU per token falls (it waits,
     it is not busy). Ray merges these ``env_vars`` into the job's runtime environment, whose other
     fields the actors keep."""
+    if not hasattr(os, "nice"):  # (Windows has no niceness to give)
+        return {}
     return {"runtime_env": {"env_vars": {"RAY_worker_niceness": str(os.nice(0))}}}
 
 
