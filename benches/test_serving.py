@@ -31,7 +31,7 @@ server runs with ``--workers 2`` and the client as ``rapidsse measure --workers 
 ``--workers 2`` (two spawned processes) and ``--ray`` with two actors on a local Ray instance
 (when ray is installed), unpinned, taking turns in the same run; the table adds the tokens per
 second delivered against those the schedule asks for (short of it: the machine is saturated),
-and the client's CPU counts every worker's::
+and the client's CPU counts every worker's (with the parent's own part in a column of its own)::
 
     python benches/test_serving.py --scale --repeat 3 --json scale.json
 """

@@ -353,6 +353,8 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
             data = os.read(fd, 1 << 16)
         except BlockingIOError:
             return
+        except OSError:
+            data = b""
         if not data:
             loop.remove_reader(fd)
             return  # the parent is gone: the next send says so
