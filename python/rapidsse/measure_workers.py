@@ -8,7 +8,9 @@ monotonic clock all its processes share; with Ray, a wall-clock time each actor 
 monotonic clock). Each worker runs the one-process engine (:func:`rapidsse.measure.drive`) on its
 share, timing every latency on its own monotonic clock,
 and sends each request's raw samples (a :class:`~rapidsse.measure.RequestResult`: TTFT, token
-times, E2EL, queue time, usage, the failure reason) back as it ends. The parent merges them in
+times, E2EL, queue time, usage, the failure reason) back as it ends (on its pipe, framed here, never
+blocking its loop nor lost when the parent falls behind; a Ray actor keeps them for the parent's
+``drain`` calls, and runs at the parent's niceness, not Ray's 15). The parent merges them in
 arrival order (:func:`rapidsse.measure.merge`) and computes the report with the same
 :func:`rapidsse.measure.summarize` as one process: same keys, same percentiles, one progress bar.
 
