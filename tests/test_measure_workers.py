@@ -129,6 +129,32 @@ def test_workers_report_every_request_and_keep_one_cap(synthetic):
     assert not run.interrupted
 
 
+def test_a_parent_that_falls_behind_loses_no_result():
+    # The parent stops reading (here: its first on_result waits until the server has sent every
+    # token) while the workers end hundreds of requests of 300 token times each, far more than a
+    # pipe holds. Each worker keeps what the pipe cannot take until the parent reads again: every
+    # request is reported, none failed (a worker that wrote to its full, non-blocking pipe died).
+    requests, tokens = 240, 300
+    with SyntheticServer(tokens=tokens, rate=20000, ttft=0.0) as server:
+        stalled = []
+
+        def stall(result):
+            if not stalled:
+                stalled.append(result)
+                deadline = time.monotonic() + TIMEOUT
+                while server_health(server)["itl"]["count"] < requests * (tokens - 1):
+                    if len(multiprocessing.active_children()) < 2:
+                        break  # a worker died: its failures say why
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+
+        run = w.measure_workers(m.endpoint_url(server.url, "chat"), [m.request_body("chat", "x")], 2,
+                                protocol="chat", num_prompts=requests, timeout=TIMEOUT, on_result=stall)
+    report = m.summarize(run)
+    assert report["failure_reasons"] == {} and report["completed"] == requests
+    assert all(len(r.token_times) == tokens for r in run.results)
+
+
 def test_a_killed_worker_fails_its_unfinished_requests_and_the_run_ends(synthetic):
     url = m.endpoint_url(synthetic.url, "chat")
     seen = []

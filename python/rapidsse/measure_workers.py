@@ -8,7 +8,9 @@ monotonic clock all its processes share; with Ray, a wall-clock time each actor 
 monotonic clock). Each worker runs the one-process engine (:func:`rapidsse.measure.drive`) on its
 share, timing every latency on its own monotonic clock,
 and sends each request's raw samples (a :class:`~rapidsse.measure.RequestResult`: TTFT, token
-times, E2EL, queue time, usage, the failure reason) back as it ends. The parent merges them in
+times, E2EL, queue time, usage, the failure reason) back as it ends (on its pipe, framed here, never
+blocking its loop nor lost when the parent falls behind; a Ray actor keeps them for the parent's
+``drain`` calls, and runs at the parent's niceness, not Ray's 15). The parent merges them in
 arrival order (:func:`rapidsse.measure.merge`) and computes the report with the same
 :func:`rapidsse.measure.summarize` as one process: same keys, same percentiles, one progress bar.
 
@@ -28,13 +30,15 @@ those not yet due are left out, and the report of what was measured is written.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import multiprocessing
-import multiprocessing.connection
 import os
 import pickle
+import selectors
 import signal
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -229,6 +233,97 @@ class _PipeSlots(m.Slots):
             future.set_result(None)
 
 
+_FRAME = struct.Struct("!I")
+
+
+def _frame(message: Any) -> bytes:
+    """One message on a worker's pipe: its pickle's length (4 bytes), then the pickle."""
+    payload = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+    return _FRAME.pack(len(payload)) + payload
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``data`` written to a blocking ``fd``, all of it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class _Unframer:
+    """The messages of a pipe's bytes, as they come (a message may span reads, a read hold many)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        buffer = self._buffer
+        buffer += data
+        messages, offset = [], 0
+        while len(buffer) - offset >= _FRAME.size:
+            (size,) = _FRAME.unpack_from(buffer, offset)
+            end = offset + _FRAME.size + size
+            if end > len(buffer):
+                break
+            messages.append(pickle.loads(buffer[offset + _FRAME.size:end]))
+            offset = end
+        del buffer[:offset]
+        return messages
+
+
+class _Outbox:
+    """A worker's messages to the parent, written without blocking its event loop and without
+    losing one: what the pipe cannot take now (the parent fell behind, its core taken) waits here
+    and goes when the pipe is writable. (``Connection.send`` would not do: uvloop's ``add_reader``
+    makes the pipe non-blocking, and a full pipe then raised BlockingIOError mid-run and killed
+    the worker, every one of its unfinished requests failed.)"""
+
+    def __init__(self, loop: Any, fd: int) -> None:
+        self._loop, self._fd = loop, fd
+        self._pending = bytearray()
+        self._broken: OSError | None = None
+        os.set_blocking(fd, False)
+
+    def send(self, message: Any) -> None:
+        if self._broken is not None:
+            raise self._broken
+        frame = _frame(message)
+        if self._pending:
+            self._pending += frame
+            return
+        try:
+            written = os.write(self._fd, frame)
+        except BlockingIOError:
+            written = 0
+        if written < len(frame):
+            self._pending += frame[written:]
+            self._loop.add_writer(self._fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            written = os.write(self._fd, self._pending)
+        except BlockingIOError:
+            return
+        except OSError as exc:  # the parent is gone: the next send says so
+            self._broken, written = exc, len(self._pending)
+        del self._pending[:written]
+        if not self._pending:
+            self._loop.remove_writer(self._fd)
+
+    def flush(self) -> None:
+        """Writes what waits, blocking (before the barrier, and at the end, with nothing else to
+        do)."""
+        if self._broken is not None:
+            raise self._broken
+        if self._pending:
+            self._loop.remove_writer(self._fd)
+            os.set_blocking(self._fd, True)
+            try:
+                _write_all(self._fd, bytes(self._pending))
+            finally:
+                os.set_blocking(self._fd, False)
+            self._pending.clear()
+
+
 def _worker_process(connection: Any, job: WorkerJob, start: Any) -> None:
     """The main of a worker process: Ctrl-C is the parent's to handle (it stops the workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -242,26 +337,39 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
     import asyncio
 
     loop = asyncio.get_running_loop()
-    send = connection.send
+    fd = connection.fileno()
+    outbox = _Outbox(loop, fd)
+    send = outbox.send
     cpu = time.process_time()
     try:
         target = await m.prepared_target(job.url, job.protocol, job.headers, job.timestamps)
     except (ValueError, OSError) as exc:
         send(("error", str(exc)))
+        outbox.flush()
         return
     slots = _PipeSlots(send) if job.capped else None
+    inbox = _Unframer()
 
     def readable() -> None:
-        while connection.poll():
-            kind, index = connection.recv()
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+            return  # the parent is gone: the next send says so
+        for kind, index in inbox.feed(data):
             if kind == "go" and slots is not None:
                 slots.grant(index)
 
-    loop.add_reader(connection.fileno(), readable)
+    loop.add_reader(fd, readable)
     parent = os.getppid()
 
     def barrier() -> float:
         send(("ready", "kernel" if target.addresses else "read"))
+        outbox.flush()
         event, instant = start
         while not event.wait(0.5):  # (blocking: nothing else runs before the start)
             if os.getppid() != parent:
@@ -272,8 +380,9 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
     run = await m.drive(target, job.protocol, job.bodies, job.plan, slots=slots, warmup=job.warmup,
                         warmup_slots=warmup_slots, timeout=job.timeout, on_result=lambda r: send(("result", r)),
                         started=barrier)
-    loop.remove_reader(connection.fileno())
+    loop.remove_reader(fd)
     send(("done", (run.duration, time.process_time() - cpu)))
+    outbox.flush()
 
 
 def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *, protocol: str = "responses",
@@ -304,63 +413,96 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
         pipes.append(mine)
         processes.append(process)
     live = set(range(len(jobs)))
-    owners: dict[Any, int] = {}
+    # One selector for the run, and the pipes read by the 64 KiB, not multiprocessing's wait and
+    # poll (a new selector each call) and one recv a message: that was about half of the parent's
+    # CPU (docs/measure.md).
+    selector = selectors.DefaultSelector()
     for number, (pipe, process) in enumerate(zip(pipes, processes)):
-        owners[pipe] = owners[process.sentinel] = number
+        selector.register(pipe, selectors.EVENT_READ, number)
+        selector.register(process.sentinel, selectors.EVENT_READ, number)
     ready: set[int] = set()
+    started = False
+
+    def retire(number: int) -> None:
+        live.discard(number)
+        for item in (pipes[number], processes[number].sentinel):
+            with contextlib.suppress(KeyError, ValueError):
+                selector.unregister(item)
+
     deadline = time.monotonic() + start_timeout
 
     def deliver(grants: list[tuple[int, int]]) -> None:
         for worker, index in grants:
             try:
-                pipes[worker].send(("go", index))
+                _write_all(pipes[worker].fileno(), _frame(("go", index)))
             except OSError:
                 pass  # it died; its sentinel says so next
 
     def lost(number: int, reason: str) -> None:
-        live.discard(number)
+        retire(number)
         ready.discard(number)
         collector.fail_rest(number, reason)
         if book is not None:
             deliver(book.forget(number))
 
+    inboxes = [_Unframer() for _ in jobs]
+
+    def receive(number: int) -> bool:
+        """Handles what worker ``number``'s pipe holds (one read: the selector wakes again for
+        more); False at its end."""
+        try:
+            data = os.read(pipes[number].fileno(), 1 << 16)
+        except OSError:
+            return False
+        if not data:
+            return False
+        for message in inboxes[number].feed(data):
+            if number in live:
+                handle(number, message)
+        return True
+
+    def handle(number: int, message: tuple[str, Any]) -> None:
+        kind, value = message
+        if kind == "result":
+            collector.add(value)
+            if book is not None:
+                deliver(book.release(value.index))
+        elif kind == "want" and book is not None:
+            deliver(book.want(number, value))
+        elif kind == "ready":
+            ready.add(number)
+            collector.timestamps.add(value)
+        elif kind == "done":
+            collector.durations[number], cpu = value
+            collector.cpu += cpu
+            retire(number)
+        elif kind == "error":
+            raise ValueError(value)
+
     try:
         while live:
-            if not start[0].is_set() and ready == live:
+            if not started and ready == live:
                 # The workers' start: a moment from now that all of them are likely awake by (one
                 # that wakes later finds its first requests due, and their wait counts).
                 collector.start = start[1].value = time.perf_counter() + START_AHEAD
                 start[0].set()
-            if not start[0].is_set() and time.monotonic() > deadline:
+                started = True
+            if not started and time.monotonic() > deadline:
                 raise TimeoutError(f"the workers were not ready within {start_timeout:g} s")
-            waitables = [pipes[n] for n in live] + [processes[n].sentinel for n in live]
-            for item in multiprocessing.connection.wait(waitables, timeout=0.5):
-                number = owners[item]
+            for key, _events in selector.select(timeout=0.5):
+                number = key.data
                 if number not in live:
                     continue
                 pipe = pipes[number]
-                try:
-                    while pipe.poll():
-                        kind, value = pipe.recv()
-                        if kind == "result":
-                            collector.add(value)
-                            if book is not None:
-                                deliver(book.release(value.index))
-                        elif kind == "want" and book is not None:
-                            deliver(book.want(number, value))
-                        elif kind == "ready":
-                            ready.add(number)
-                            collector.timestamps.add(value)
-                        elif kind == "done":
-                            collector.durations[number], cpu = value
-                            collector.cpu += cpu
-                            live.discard(number)
-                            break
-                        elif kind == "error":
-                            raise ValueError(value)
-                except (EOFError, OSError, pickle.UnpicklingError):
-                    pass  # it died mid-message: its sentinel says so
-                if number in live and not processes[number].is_alive():
+                if key.fileobj is pipe:
+                    if not receive(number):  # it closed its end: its sentinel says why
+                        with contextlib.suppress(KeyError, ValueError):
+                            selector.unregister(pipe)
+                    continue
+                # Its sentinel: the process ended. What it sent before it did counts first.
+                while number in live and receive(number):
+                    pass
+                if number in live:
                     processes[number].join()
                     lost(number, f"worker {number} died (exit code {processes[number].exitcode}) "
                                  "before this request ended")
@@ -368,6 +510,7 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
     except KeyboardInterrupt:
         return collector.interrupted(live)
     finally:
+        selector.close()
         stop_processes(processes)
         for pipe in pipes:
             pipe.close()
@@ -509,6 +652,20 @@ def _ray_classes() -> tuple[Any, Any]:
 _RAY_CLASSES: tuple[Any, Any] | None = None
 
 
+def ray_actor_options() -> dict[str, Any]:
+    """The options that make an actor of the run a client like a ``--workers`` process: at this
+    process's scheduling priority. Ray starts its worker processes at niceness 15
+    (``RAY_worker_niceness``, read by each worker process as it starts), so that on a machine whose
+    cores are taken (by the server under test, by the driver) the kernel runs an actor last: its
+    reads of the streams come late and in bursts (several tokens per read, so ITLs of 0 and a gap
+    of hundreds of ms), and it sends its requests late, while its CPU per token falls (it waits,
+    it is not busy). Ray merges these ``env_vars`` into the job's runtime environment, whose other
+    fields the actors keep."""
+    if not hasattr(os, "nice"):  # (Windows has no niceness to give)
+        return {}
+    return {"runtime_env": {"env_vars": {"RAY_worker_niceness": str(os.nice(0))}}}
+
+
 def ray_workers(workers: int | None) -> list[str]:
     """The node of each Ray worker: ``workers`` in total (``None``: one per CPU of the cluster),
     dealt round-robin over the cluster's live nodes."""
@@ -550,8 +707,10 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                  timeout=timeout, timestamps=timestamps, loop=loop)
     slots_class, worker_class = _ray_classes()
     name = name or f"rapidsse-measure-{os.getpid()}"
-    slots = slots_class.options(name=f"{name}-slots").remote(max_concurrency) if max_concurrency else None
-    actors = [worker_class.options(name=f"{name}-{job.number}", max_restarts=0,
+    priority = ray_actor_options()
+    slots = (slots_class.options(name=f"{name}-slots", **priority).remote(max_concurrency)
+             if max_concurrency else None)
+    actors = [worker_class.options(name=f"{name}-{job.number}", max_restarts=0, **priority,
                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)
                                    ).remote(job, slots) for job, node in zip(jobs, nodes)]
     collector = _Collector(jobs, on_result)
