@@ -371,16 +371,18 @@ unsafe fn run<'py>(slf: *mut ffi::PyObject, py: Python<'py>, input: Input<'py>) 
 
 /// `return value` as the iterator protocol says it: `StopIteration(value)`, set unnormalised as
 /// CPython's generators do (a tuple or an exception would be taken for the arguments or the
-/// instance, so those are wrapped first).
-unsafe fn set_stop_iteration(py: Python<'_>, value: Py<PyAny>) {
-    let v = value.as_ptr();
-    if ffi::PyTuple_Check(v) != 0 || ffi::PyExceptionInstance_Check(v) != 0 {
-        match PyStopIteration::type_object(py).call1((value,)) {
-            Ok(exc) => ffi::PyErr_SetObject(ffi::PyExc_StopIteration, exc.as_ptr()),
-            Err(err) => err.restore(py),
-        }
+/// instance, so those are wrapped first). `value` is borrowed.
+unsafe fn set_stop_iteration(value: *mut ffi::PyObject) {
+    if ffi::PyTuple_Check(value) != 0 || ffi::PyExceptionInstance_Check(value) != 0 {
+        Python::attach(|py| {
+            let value = Bound::from_borrowed_ptr(py, value);
+            match PyStopIteration::type_object(py).call1((value,)) {
+                Ok(exc) => ffi::PyErr_SetObject(ffi::PyExc_StopIteration, exc.as_ptr()),
+                Err(err) => err.restore(py),
+            }
+        })
     } else {
-        ffi::PyErr_SetObject(ffi::PyExc_StopIteration, v);
+        ffi::PyErr_SetObject(ffi::PyExc_StopIteration, value);
     }
 }
 
@@ -389,7 +391,7 @@ unsafe fn as_iternext(py: Python<'_>, result: PyResult<Sent>) -> *mut ffi::PyObj
     match result {
         Ok(Sent::Next(value)) => value.into_ptr(),
         Ok(Sent::Return(value)) => {
-            set_stop_iteration(py, value);
+            set_stop_iteration(value.as_ptr());
             ptr::null_mut()
         }
         Err(err) => {
@@ -412,23 +414,27 @@ unsafe extern "C" fn am_send(
             return ffi::PySendResult::PYGEN_RETURN;
         }
     }
-    let py = Python::assume_attached();
-    let arg = Bound::from_borrowed_ptr(py, arg);
-    match run(slf, py, Input::Send(arg)) {
-        Ok(Sent::Next(value)) => {
-            *result = value.into_ptr();
-            ffi::PySendResult::PYGEN_NEXT
+    // Python::attach (not assume_attached) wherever a `Py` may be dropped: PyO3 defers the
+    // decref of a `Py` dropped without its attach count raised, and the deferred objects would
+    // live (and be traversed by every GC pass) until PyO3 is next entered.
+    Python::attach(|py| {
+        let arg = Bound::from_borrowed_ptr(py, arg);
+        match run(slf, py, Input::Send(arg)) {
+            Ok(Sent::Next(value)) => {
+                *result = value.into_ptr();
+                ffi::PySendResult::PYGEN_NEXT
+            }
+            Ok(Sent::Return(value)) => {
+                *result = value.into_ptr();
+                ffi::PySendResult::PYGEN_RETURN
+            }
+            Err(err) => {
+                err.restore(py);
+                *result = ptr::null_mut();
+                ffi::PySendResult::PYGEN_ERROR
+            }
         }
-        Ok(Sent::Return(value)) => {
-            *result = value.into_ptr();
-            ffi::PySendResult::PYGEN_RETURN
-        }
-        Err(err) => {
-            err.restore(py);
-            *result = ptr::null_mut();
-            ffi::PySendResult::PYGEN_ERROR
-        }
-    }
+    })
 }
 
 unsafe extern "C" fn tp_iternext(slf: *mut ffi::PyObject) -> *mut ffi::PyObject {
@@ -436,25 +442,31 @@ unsafe extern "C" fn tp_iternext(slf: *mut ffi::PyObject) -> *mut ffi::PyObject 
     let st = state(slf);
     if !st.running && st.awaiting.is_none() {
         if let Some(event) = st.events.next() {
-            let py = Python::assume_attached();
-            set_stop_iteration(py, event);
+            let event = event.into_ptr();
+            set_stop_iteration(event);
+            ffi::Py_DecRef(event);
             return ptr::null_mut();
         }
     }
-    let py = Python::assume_attached();
-    let none = py.None().into_bound(py);
-    as_iternext(py, run(slf, py, Input::Send(none)))
+    Python::attach(|py| {
+        let none = py.None().into_bound(py);
+        as_iternext(py, run(slf, py, Input::Send(none)))
+    })
 }
 
 unsafe extern "C" fn meth_send(slf: *mut ffi::PyObject, arg: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    let py = Python::assume_attached();
-    let arg = Bound::from_borrowed_ptr(py, arg);
-    as_iternext(py, run(slf, py, Input::Send(arg)))
+    Python::attach(|py| {
+        let arg = Bound::from_borrowed_ptr(py, arg);
+        as_iternext(py, run(slf, py, Input::Send(arg)))
+    })
 }
 
 /// `throw(value)` or the older `throw(type[, value[, traceback]])`.
 unsafe extern "C" fn meth_throw(slf: *mut ffi::PyObject, args: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    let py = Python::assume_attached();
+    Python::attach(|py| throw(py, slf, args))
+}
+
+unsafe fn throw(py: Python<'_>, slf: *mut ffi::PyObject, args: *mut ffi::PyObject) -> *mut ffi::PyObject {
     let args = Bound::from_borrowed_ptr(py, args);
     let err = (|| -> PyResult<PyErr> {
         let n = args.len()?;
@@ -501,21 +513,23 @@ unsafe extern "C" fn meth_throw(slf: *mut ffi::PyObject, args: *mut ffi::PyObjec
 }
 
 unsafe extern "C" fn meth_close(slf: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    let py = Python::assume_attached();
-    match run(slf, py, Input::Close) {
+    Python::attach(|py| match run(slf, py, Input::Close) {
         Ok(_) => py.None().into_ptr(),
         Err(err) => {
             err.restore(py);
             ptr::null_mut()
         }
-    }
+    })
 }
 
 /// `aclose()`: an awaitable that closes the source (`source.aclose()`, if it has one) when the
 /// iteration has started and is not over, as closing an async generator suspended at a yield
 /// does; the events not handed out yet are dropped, and `at_end` is not called.
 unsafe extern "C" fn meth_aclose(slf: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    let py = Python::assume_attached();
+    Python::attach(|py| aclose(py, slf))
+}
+
+unsafe fn aclose(py: Python<'_>, slf: *mut ffi::PyObject) -> *mut ffi::PyObject {
     let result = (|| -> PyResult<Py<PyAny>> {
         let st = state(slf);
         if st.running || st.awaiting.is_some() {
@@ -587,14 +601,16 @@ unsafe extern "C" fn tp_traverse(
 
 unsafe extern "C" fn tp_clear(slf: *mut ffi::PyObject) -> c_int {
     // Moved out first, then dropped: a finaliser the drops run sees a consistent (empty) state.
-    let old = std::mem::replace(state(slf), State::empty());
-    drop(old);
+    Python::attach(|_| {
+        let old = std::mem::replace(state(slf), State::empty());
+        drop(old);
+    });
     0
 }
 
 unsafe extern "C" fn tp_dealloc(slf: *mut ffi::PyObject) {
     ffi::PyObject_GC_UnTrack(slf as *mut c_void);
-    ptr::drop_in_place(state(slf));
+    Python::attach(|_| ptr::drop_in_place(state(slf)));
     let tp = ffi::Py_TYPE(slf);
     let free = ffi::PyType_GetSlot(tp, ffi::Py_tp_free);
     let free: ffi::freefunc = std::mem::transmute(free);
