@@ -105,7 +105,9 @@ fn send_into(py: Python<'_>, iter: &Py<PyAny>, value: &Bound<'_, PyAny>) -> Dele
     // SAFETY: attached; both pointers are live references; `out` receives a new reference.
     let status = unsafe { ffi::PyIter_Send(iter.as_ptr(), value.as_ptr(), &mut out) };
     match status {
-        ffi::PySendResult::PYGEN_NEXT => Delegated::Next(unsafe { Bound::from_owned_ptr(py, out).unbind() }),
+        ffi::PySendResult::PYGEN_NEXT => {
+            Delegated::Next(unsafe { Bound::from_owned_ptr(py, out).unbind() })
+        }
         ffi::PySendResult::PYGEN_RETURN => {
             Delegated::Return(unsafe { Bound::from_owned_ptr(py, out).unbind() })
         }
@@ -306,7 +308,11 @@ impl State {
                         return Err(err.into());
                     }
                 };
-                self.events = events.iter().map(Bound::unbind).collect::<Vec<_>>().into_iter();
+                self.events = events
+                    .iter()
+                    .map(Bound::unbind)
+                    .collect::<Vec<_>>()
+                    .into_iter();
                 if let Some(finished) = &self.finished {
                     let done = finished.call0(py).and_then(|f| f.is_truthy(py));
                     match done {
@@ -454,7 +460,10 @@ unsafe extern "C" fn tp_iternext(slf: *mut ffi::PyObject) -> *mut ffi::PyObject 
     })
 }
 
-unsafe extern "C" fn meth_send(slf: *mut ffi::PyObject, arg: *mut ffi::PyObject) -> *mut ffi::PyObject {
+unsafe extern "C" fn meth_send(
+    slf: *mut ffi::PyObject,
+    arg: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
     Python::attach(|py| {
         let arg = Bound::from_borrowed_ptr(py, arg);
         as_iternext(py, run(slf, py, Input::Send(arg)))
@@ -462,16 +471,25 @@ unsafe extern "C" fn meth_send(slf: *mut ffi::PyObject, arg: *mut ffi::PyObject)
 }
 
 /// `throw(value)` or the older `throw(type[, value[, traceback]])`.
-unsafe extern "C" fn meth_throw(slf: *mut ffi::PyObject, args: *mut ffi::PyObject) -> *mut ffi::PyObject {
+unsafe extern "C" fn meth_throw(
+    slf: *mut ffi::PyObject,
+    args: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
     Python::attach(|py| throw(py, slf, args))
 }
 
-unsafe fn throw(py: Python<'_>, slf: *mut ffi::PyObject, args: *mut ffi::PyObject) -> *mut ffi::PyObject {
+unsafe fn throw(
+    py: Python<'_>,
+    slf: *mut ffi::PyObject,
+    args: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
     let args = Bound::from_borrowed_ptr(py, args);
     let err = (|| -> PyResult<PyErr> {
         let n = args.len()?;
         if !(1..=3).contains(&n) {
-            return Err(PyTypeError::new_err(format!("throw expected 1 to 3 arguments, got {n}")));
+            return Err(PyTypeError::new_err(format!(
+                "throw expected 1 to 3 arguments, got {n}"
+            )));
         }
         let typ = args.get_item(0)?;
         let val = if n > 1 { Some(args.get_item(1)?) } else { None };
@@ -512,7 +530,10 @@ unsafe fn throw(py: Python<'_>, slf: *mut ffi::PyObject, args: *mut ffi::PyObjec
     }
 }
 
-unsafe extern "C" fn meth_close(slf: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+unsafe extern "C" fn meth_close(
+    slf: *mut ffi::PyObject,
+    _: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
     Python::attach(|py| match run(slf, py, Input::Close) {
         Ok(_) => py.None().into_ptr(),
         Err(err) => {
@@ -525,7 +546,10 @@ unsafe extern "C" fn meth_close(slf: *mut ffi::PyObject, _: *mut ffi::PyObject) 
 /// `aclose()`: an awaitable that closes the source (`source.aclose()`, if it has one) when the
 /// iteration has started and is not over, as closing an async generator suspended at a yield
 /// does; the events not handed out yet are dropped, and `at_end` is not called.
-unsafe extern "C" fn meth_aclose(slf: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+unsafe extern "C" fn meth_aclose(
+    slf: *mut ffi::PyObject,
+    _: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
     Python::attach(|py| aclose(py, slf))
 }
 
@@ -545,12 +569,15 @@ unsafe fn aclose(py: Python<'_>, slf: *mut ffi::PyObject) -> *mut ffi::PyObject 
                 awaiting = Some(await_iter(py, aclose.call0()?)?.unbind());
             }
         }
-        let closer = new_object(py, State {
-            awaiting,
-            closer: true,
-            started: true,
-            ..State::empty()
-        })?;
+        let closer = new_object(
+            py,
+            State {
+                awaiting,
+                closer: true,
+                started: true,
+                ..State::empty()
+            },
+        )?;
         Ok(closer)
     })();
     match result {
