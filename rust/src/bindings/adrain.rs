@@ -380,7 +380,7 @@ unsafe fn run<'py>(slf: *mut ffi::PyObject, py: Python<'py>, input: Input<'py>) 
 /// instance, so those are wrapped first). `value` is borrowed.
 unsafe fn set_stop_iteration(value: *mut ffi::PyObject) {
     if ffi::PyTuple_Check(value) != 0 || ffi::PyExceptionInstance_Check(value) != 0 {
-        Python::attach(|py| {
+        Python::attach_unchecked(|py| {
             let value = Bound::from_borrowed_ptr(py, value);
             match PyStopIteration::type_object(py).call1((value,)) {
                 Ok(exc) => ffi::PyErr_SetObject(ffi::PyExc_StopIteration, exc.as_ptr()),
@@ -420,10 +420,12 @@ unsafe extern "C" fn am_send(
             return ffi::PySendResult::PYGEN_RETURN;
         }
     }
-    // Python::attach (not assume_attached) wherever a `Py` may be dropped: PyO3 defers the
-    // decref of a `Py` dropped without its attach count raised, and the deferred objects would
-    // live (and be traversed by every GC pass) until PyO3 is next entered.
-    Python::attach(|py| {
+    // Python::attach_unchecked (not assume_attached) wherever a `Py` may be dropped: PyO3 defers
+    // the decref of a `Py` dropped without its attach count raised, and the deferred objects
+    // would live (and be traversed by every GC pass) until PyO3 is next entered. (`unchecked`:
+    // the thread is attached, CPython called it; `attach` would panic, an abort here, while the
+    // interpreter finalises from 3.13.)
+    Python::attach_unchecked(|py| {
         let arg = Bound::from_borrowed_ptr(py, arg);
         match run(slf, py, Input::Send(arg)) {
             Ok(Sent::Next(value)) => {
@@ -454,7 +456,7 @@ unsafe extern "C" fn tp_iternext(slf: *mut ffi::PyObject) -> *mut ffi::PyObject 
             return ptr::null_mut();
         }
     }
-    Python::attach(|py| {
+    Python::attach_unchecked(|py| {
         let none = py.None().into_bound(py);
         as_iternext(py, run(slf, py, Input::Send(none)))
     })
@@ -464,7 +466,7 @@ unsafe extern "C" fn meth_send(
     slf: *mut ffi::PyObject,
     arg: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    Python::attach(|py| {
+    Python::attach_unchecked(|py| {
         let arg = Bound::from_borrowed_ptr(py, arg);
         as_iternext(py, run(slf, py, Input::Send(arg)))
     })
@@ -475,7 +477,7 @@ unsafe extern "C" fn meth_throw(
     slf: *mut ffi::PyObject,
     args: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    Python::attach(|py| throw(py, slf, args))
+    Python::attach_unchecked(|py| throw(py, slf, args))
 }
 
 unsafe fn throw(
@@ -534,7 +536,7 @@ unsafe extern "C" fn meth_close(
     slf: *mut ffi::PyObject,
     _: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    Python::attach(|py| match run(slf, py, Input::Close) {
+    Python::attach_unchecked(|py| match run(slf, py, Input::Close) {
         Ok(_) => py.None().into_ptr(),
         Err(err) => {
             err.restore(py);
@@ -550,7 +552,7 @@ unsafe extern "C" fn meth_aclose(
     slf: *mut ffi::PyObject,
     _: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    Python::attach(|py| aclose(py, slf))
+    Python::attach_unchecked(|py| aclose(py, slf))
 }
 
 unsafe fn aclose(py: Python<'_>, slf: *mut ffi::PyObject) -> *mut ffi::PyObject {
@@ -599,6 +601,11 @@ unsafe extern "C" fn tp_traverse(
     visit: ffi::visitproc,
     arg: *mut c_void,
 ) -> c_int {
+    // A heap type's instances keep it alive: visited since CPython 3.9.
+    let r = visit(ffi::Py_TYPE(slf) as *mut ffi::PyObject, arg);
+    if r != 0 {
+        return r;
+    }
     let st = state(slf);
     for object in [
         &st.feed,
@@ -628,7 +635,7 @@ unsafe extern "C" fn tp_traverse(
 
 unsafe extern "C" fn tp_clear(slf: *mut ffi::PyObject) -> c_int {
     // Moved out first, then dropped: a finaliser the drops run sees a consistent (empty) state.
-    Python::attach(|_| {
+    Python::attach_unchecked(|_| {
         let old = std::mem::replace(state(slf), State::empty());
         drop(old);
     });
@@ -637,7 +644,7 @@ unsafe extern "C" fn tp_clear(slf: *mut ffi::PyObject) -> c_int {
 
 unsafe extern "C" fn tp_dealloc(slf: *mut ffi::PyObject) {
     ffi::PyObject_GC_UnTrack(slf as *mut c_void);
-    Python::attach(|_| ptr::drop_in_place(state(slf)));
+    Python::attach_unchecked(|_| ptr::drop_in_place(state(slf)));
     let tp = ffi::Py_TYPE(slf);
     let free = ffi::PyType_GetSlot(tp, ffi::Py_tp_free);
     let free: ffi::freefunc = std::mem::transmute(free);
