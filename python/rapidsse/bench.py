@@ -773,7 +773,22 @@ def _async_contenders(protocol: Protocol) -> list[Contender]:
                       "(async generator)", functools.partial(_aiterated, backend, asynchronous), requires,
                       baseline=baseline),
         ]
+        if backend == "rust" and name == "iter_events":
+            # The Rust backend's decoder under the pure backend's async loop (one Python async
+            # generator), against which the native AsyncDrain was adopted: docs/internals.md.
+            rows.append(Contender(f"rapidsse rust, async for event in aiter_events, Python async generator loop",
+                                  functools.partial(_aiterated, backend, functools.partial(_aiter_events_generator,
+                                                                                       protocol=protocol)),
+                                  requires, baseline=baseline))
     return rows
+
+
+def _aiter_events_generator(source: Any, protocol: Protocol) -> Any:
+    """``aiter_events`` with its loop the pure backend's async generator, ``framing._adrain``."""
+    from .framing import _adrain
+
+    decoder = decoding.EventDecoder(protocol)
+    return _adrain(decoder.feed, decoding._achunks(source), decoding._finished(decoder), decoder.close)
 
 
 def _one_chunk(chunks: list[bytes]) -> list[bytes]:

@@ -149,16 +149,26 @@ def _drain(feed: Callable[[Any], list[Any]], chunks: Iterable[Any],
         at_end()
 
 
-async def adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
-                 finished: Union[Callable[[], bool], None] = None,
-                 at_end: Union[Callable[[], Any], None] = None) -> AsyncIterator[Any]:
-    """Async twin of :func:`drain` over an async iterable of chunks, on both backends: one async
-    generator, whose ``async for`` takes the events of the chunk read last without awaiting
-    anything (only reading the next chunk awaits). Every async iterator of the package returns
-    it directly, never wrapped in another generator (each level costs a frame resume and a
-    ``StopIteration`` per event). Closed at a yielded event (``aclose()``), it closes the source
-    (``chunks.aclose()``, if any). (A native async iterator was measured slower: see
-    docs/internals.md.)"""
+def adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
+           finished: Union[Callable[[], bool], None] = None,
+           at_end: Union[Callable[[], Any], None] = None) -> AsyncIterator[Any]:
+    """Async twin of :func:`drain` over an async iterable of chunks: ``async for`` takes the
+    events of the chunk read last without awaiting anything (only reading the next chunk awaits).
+    Every async iterator of the package returns it directly, never wrapped in another generator.
+    Closed at an event (``aclose()``), it closes the source (``chunks.aclose()``, if any). On the
+    Rust backend a native object that is its own awaitable (no Python frame, and on CPython
+    3.10/3.11 no ``StopIteration``, per event: docs/internals.md), else :func:`_adrain`."""
+    compiled = core()
+    if compiled is not None:
+        return compiled.AsyncDrain(feed, chunks, finished, at_end)  # type: ignore[no-any-return]
+    return _adrain(feed, chunks, finished, at_end)
+
+
+async def _adrain(feed: Callable[[Any], list[Any]], chunks: AsyncIterable[Any],
+                  finished: Union[Callable[[], bool], None] = None,
+                  at_end: Union[Callable[[], Any], None] = None) -> AsyncIterator[Any]:
+    """:func:`adrain` as one async generator (the pure-Python backend): each event resumes one
+    frame and raises one ``StopIteration``; wrapping it in another generator would double that."""
     source = chunks.__aiter__()
     try:
         async for chunk in source:

@@ -1,6 +1,7 @@
 //! The PyO3 binding layer: converts types and raises exceptions; the work is done by the core.
 
 mod accumulate;
+mod adrain;
 mod decoding;
 mod drain;
 mod framing;
@@ -88,6 +89,8 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<framing::SSEDecoder>()?;
     m.add_class::<decoding::EventDecoder>()?;
     m.add_class::<drain::Drain>()?;
+    m.add_function(wrap_pyfunction!(adrain::async_drain, m)?)?;
+    adrain::register(m)?;
     m.add_class::<native::NativeSchema>()?;
     m.add_function(wrap_pyfunction!(wire::wire_setup, m)?)?;
     m.add_function(wrap_pyfunction!(structs::wire_encode, m)?)?;
