@@ -126,6 +126,9 @@ struct Block {
     object: Map<String, Value>,
     /// Its `type` (`""` when not a string).
     kind: Box<str>,
+    /// The quick delta that grows its text: `Text` for a text block, `Thinking` for a thinking
+    /// block (so that a quick delta needs no string comparison), None for other blocks.
+    grows: Option<QuickKind>,
     /// The text a text block's `text` (a thinking block's `thinking`) grows in, kept out of
     /// `object` (where its key keeps its place) so that a delta needs no lookup; None when
     /// the block had no such string.
@@ -362,9 +365,16 @@ impl AnthropicAccumulator {
         };
         let cap = &mut self.cap;
         match kind {
-            QuickKind::Text if &*block.kind == "text" => block.append("text", text, cap),
-            QuickKind::Thinking if &*block.kind == "thinking" => {
-                block.append("thinking", text, cap);
+            QuickKind::Text | QuickKind::Thinking if block.grows == Some(kind) => {
+                match &mut block.live {
+                    // Its live text is under the key of its type (see `Block::new`).
+                    Some((_, live)) => {
+                        if cap.admits(live.len(), text.len()) {
+                            live.push_str(text);
+                        }
+                    }
+                    None => block.append(kind.key(), text, cap),
+                }
             }
             QuickKind::InputJson => {
                 if let Some(json) = &mut block.input_json {
@@ -373,7 +383,7 @@ impl AnthropicAccumulator {
                     }
                 }
             }
-            QuickKind::Signature if &*block.kind == "thinking" => {
+            QuickKind::Signature if block.grows == Some(QuickKind::Thinking) => {
                 block
                     .object
                     .insert("signature".to_owned(), Value::String(text.to_owned()));
@@ -600,19 +610,22 @@ impl Block {
             .and_then(Value::as_str)
             .unwrap_or("")
             .into();
-        let key = match &*kind {
-            "text" => Some("text"),
-            "thinking" => Some("thinking"),
+        let grows = match &*kind {
+            "text" => Some(QuickKind::Text),
+            "thinking" => Some(QuickKind::Thinking),
             _ => None,
         };
-        let live = key.and_then(|key| match object.get_mut(key) {
-            Some(Value::String(text)) => Some((key, std::mem::take(text))),
-            _ => None,
-        });
+        let live = grows
+            .map(QuickKind::key)
+            .and_then(|key| match object.get_mut(key) {
+                Some(Value::String(text)) => Some((key, std::mem::take(text))),
+                _ => None,
+            });
         Block {
             object,
             input_json: TOOL_INPUT_BLOCKS.contains(&&*kind).then(String::new),
             kind,
+            grows,
             live,
         }
     }
@@ -689,7 +702,7 @@ const QUICK_DELTAS: [(&[u8], QuickKind); 4] = [
     ),
 ];
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum QuickKind {
     Text,
     Thinking,
@@ -698,6 +711,16 @@ enum QuickKind {
 }
 
 impl QuickKind {
+    /// The key of the string this delta grows in its block.
+    fn key(self) -> &'static str {
+        match self {
+            QuickKind::Text => "text",
+            QuickKind::Thinking => "thinking",
+            QuickKind::InputJson => "partial_json",
+            QuickKind::Signature => "signature",
+        }
+    }
+
     /// The delta of this type with `text`, as serde reads it.
     fn delta(self, text: &str) -> BlockDelta<'_> {
         let text = Some(Str(Cow::Borrowed(text)));
