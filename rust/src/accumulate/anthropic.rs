@@ -1212,6 +1212,9 @@ mod tests {
             r#"{"type":"text","text":"pre","citations":null}"#,
             r#"{"type":"redacted_thinking","data":"x"}"#,
             r#"{"type":"thinking","thinking":"so far"}"#,
+            // Text and thinking blocks without a string to grow (no live text).
+            r#"{"type":"text","text":null}"#,
+            r#"{"type":"thinking"}"#,
         ];
         for (index, block) in blocks.iter().enumerate() {
             lines.push(start(index, block));
