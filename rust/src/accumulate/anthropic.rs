@@ -126,6 +126,9 @@ struct Block {
     object: Map<String, Value>,
     /// Its `type` (`""` when not a string).
     kind: Box<str>,
+    /// The quick delta that grows its text: `Text` for a text block, `Thinking` for a thinking
+    /// block (so that a quick delta needs no string comparison), None for other blocks.
+    grows: Option<QuickKind>,
     /// The text a text block's `text` (a thinking block's `thinking`) grows in, kept out of
     /// `object` (where its key keeps its place) so that a delta needs no lookup; None when
     /// the block had no such string.
@@ -362,9 +365,16 @@ impl AnthropicAccumulator {
         };
         let cap = &mut self.cap;
         match kind {
-            QuickKind::Text if &*block.kind == "text" => block.append("text", text, cap),
-            QuickKind::Thinking if &*block.kind == "thinking" => {
-                block.append("thinking", text, cap);
+            QuickKind::Text | QuickKind::Thinking if block.grows == Some(kind) => {
+                match &mut block.live {
+                    // Its live text is under the key of its type (see `Block::new`).
+                    Some((_, live)) => {
+                        if cap.admits(live.len(), text.len()) {
+                            live.push_str(text);
+                        }
+                    }
+                    None => block.append(kind.key(), text, cap),
+                }
             }
             QuickKind::InputJson => {
                 if let Some(json) = &mut block.input_json {
@@ -373,7 +383,7 @@ impl AnthropicAccumulator {
                     }
                 }
             }
-            QuickKind::Signature if &*block.kind == "thinking" => {
+            QuickKind::Signature if block.grows == Some(QuickKind::Thinking) => {
                 block
                     .object
                     .insert("signature".to_owned(), Value::String(text.to_owned()));
@@ -460,7 +470,9 @@ impl AnthropicAccumulator {
         let Some(json) = block.input_json.as_mut().filter(|j| !j.is_empty()) else {
             return;
         };
-        match parse_partial(json) {
+        // A stopped block's input JSON is almost always whole: read in one pass, the partial
+        // parse only when it is not.
+        match parse_whole(json).or_else(|| parse_partial(json)) {
             Some(input) => {
                 block.object.insert("input".to_owned(), input);
             }
@@ -598,19 +610,22 @@ impl Block {
             .and_then(Value::as_str)
             .unwrap_or("")
             .into();
-        let key = match &*kind {
-            "text" => Some("text"),
-            "thinking" => Some("thinking"),
+        let grows = match &*kind {
+            "text" => Some(QuickKind::Text),
+            "thinking" => Some(QuickKind::Thinking),
             _ => None,
         };
-        let live = key.and_then(|key| match object.get_mut(key) {
-            Some(Value::String(text)) => Some((key, std::mem::take(text))),
-            _ => None,
-        });
+        let live = grows
+            .map(QuickKind::key)
+            .and_then(|key| match object.get_mut(key) {
+                Some(Value::String(text)) => Some((key, std::mem::take(text))),
+                _ => None,
+            });
         Block {
             object,
             input_json: TOOL_INPUT_BLOCKS.contains(&&*kind).then(String::new),
             kind,
+            grows,
             live,
         }
     }
@@ -687,7 +702,7 @@ const QUICK_DELTAS: [(&[u8], QuickKind); 4] = [
     ),
 ];
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum QuickKind {
     Text,
     Thinking,
@@ -696,6 +711,16 @@ enum QuickKind {
 }
 
 impl QuickKind {
+    /// The key of the string this delta grows in its block.
+    fn key(self) -> &'static str {
+        match self {
+            QuickKind::Text => "text",
+            QuickKind::Thinking => "thinking",
+            QuickKind::InputJson => "partial_json",
+            QuickKind::Signature => "signature",
+        }
+    }
+
     /// The delta of this type with `text`, as serde reads it.
     fn delta(self, text: &str) -> BlockDelta<'_> {
         let text = Some(Str(Cow::Borrowed(text)));
@@ -842,6 +867,62 @@ fn parse_partial(json: &str) -> Option<Value> {
     jiter::JsonValue::parse_with_config(json.as_bytes(), false, jiter::PartialMode::On)
         .ok()
         .and_then(|v| to_value(&v))
+}
+
+/// Input JSON that is one whole JSON value (whitespace around it only), parsed in one pass
+/// with jiter's own number and string decoders, straight into serde_json values: the value
+/// [`parse_partial`] gives, without building jiter's tree first (on a long tool input that
+/// tree cost as much as the conversion). None for anything else (cut short, trailing bytes,
+/// a non-finite float, nesting past jiter's limit): then [`parse_partial`] decides.
+fn parse_whole(json: &str) -> Option<Value> {
+    let mut jiter = jiter::Jiter::new(json.as_bytes());
+    let peek = jiter.peek().ok()?;
+    let value = whole_value(&mut jiter, peek, JITER_DEPTH)?;
+    jiter.finish().ok()?;
+    Some(value)
+}
+
+/// The nesting read in one pass, below jiter's own limit (its `DEFAULT_RECURSION_LIMIT`, 200):
+/// deeper input goes to [`parse_partial`], which decides.
+const JITER_DEPTH: u8 = 128;
+
+fn whole_value(jiter: &mut jiter::Jiter<'_>, peek: jiter::Peek, depth: u8) -> Option<Value> {
+    use jiter::{NumberAny, NumberInt, Peek};
+    Some(match peek {
+        Peek::Null => {
+            jiter.known_null().ok()?;
+            Value::Null
+        }
+        Peek::True | Peek::False => Value::Bool(jiter.known_bool(peek).ok()?),
+        Peek::String => Value::String(jiter.known_str().ok()?.to_owned()),
+        Peek::Array => {
+            let depth = depth.checked_sub(1)?;
+            let mut items = Vec::new();
+            let mut next = jiter.known_array().ok()?;
+            while let Some(peek) = next {
+                items.push(whole_value(jiter, peek, depth)?);
+                next = jiter.array_step().ok()?;
+            }
+            Value::Array(items)
+        }
+        Peek::Object => {
+            let depth = depth.checked_sub(1)?;
+            let mut map = Map::new();
+            let mut key = jiter.known_object().ok()?.map(str::to_owned);
+            while let Some(k) = key {
+                let peek = jiter.peek().ok()?;
+                // A repeated key keeps its first place and takes the last value, as
+                // `to_value` inserts jiter's entries.
+                map.insert(k, whole_value(jiter, peek, depth)?);
+                key = jiter.next_key().ok()?.map(str::to_owned);
+            }
+            Value::Object(map)
+        }
+        _ => match jiter.known_number(peek).ok()? {
+            NumberAny::Int(NumberInt::Int(i)) => Value::from(i),
+            NumberAny::Float(f) => Value::Number(serde_json::Number::from_f64(f)?),
+        },
+    })
 }
 
 /// A jiter value as a serde_json value (None for a non-finite float).
@@ -1131,6 +1212,9 @@ mod tests {
             r#"{"type":"text","text":"pre","citations":null}"#,
             r#"{"type":"redacted_thinking","data":"x"}"#,
             r#"{"type":"thinking","thinking":"so far"}"#,
+            // Text and thinking blocks without a string to grow (no live text).
+            r#"{"type":"text","text":null}"#,
+            r#"{"type":"thinking"}"#,
         ];
         for (index, block) in blocks.iter().enumerate() {
             lines.push(start(index, block));
@@ -1238,6 +1322,59 @@ mod tests {
             acc.warnings(),
             ["content_block_stop: the input JSON of block 0 does not parse"]
         );
+    }
+
+    #[test]
+    fn a_whole_input_json_parses_as_the_partial_parse_does() {
+        // parse_whole answers only when it gives what jiter's partial parse gives, entries in
+        // the same order (compared as written: serde_json's map equality ignores order).
+        let written = |v: &Value| serde_json::to_string(v).unwrap();
+        let mut inputs: Vec<String> = [
+            r#"{"a": [1, -0, 2.5, 1e400, -1.5e-7, 9223372036854775807, 9223372036854775808], "b": {"c": null, "d": true, "e": false}}"#,
+            r#"{"k": 1, "j": 2, "k": 3}"#,
+            r#"  {"s": "\u00e9\n\ud83d\ude00 \"q\" \/", "t": ""}  "#,
+            r#"[{"x": [[], {}]}, "y", 0]"#,
+            r#"{"a": 1} trailing"#,
+            r#"{"a": 1}{"b": 2}"#,
+            r#"{"a": "cut"#,
+            r#"{"a": NaN}"#,
+            r#"{"a": 1,}"#,
+            r#""just a string""#,
+            "12",
+            "",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        inputs.push(format!("{}{}", "[".repeat(130), "]".repeat(130)));
+        inputs.push(format!("{}{}", "[".repeat(300), "]".repeat(300)));
+        for lines in corpus_lines("anthropic") {
+            let mut json = String::new();
+            for line in lines.iter().filter(|l| l.starts_with('{')) {
+                let v: Value = serde_json::from_str(line).unwrap();
+                if let Some(piece) = v["delta"]["partial_json"].as_str() {
+                    json.push_str(piece);
+                }
+            }
+            inputs.push(json);
+        }
+        let mut whole = 0;
+        let base = inputs.clone();
+        for input in &base {
+            for mutated in crate::accumulate::mutations(input.as_bytes()) {
+                if let Ok(text) = String::from_utf8(mutated) {
+                    inputs.push(text);
+                }
+            }
+        }
+        for input in &inputs {
+            if let Some(value) = parse_whole(input) {
+                whole += 1;
+                let partial = parse_partial(input).expect("a whole value parses partially");
+                assert_eq!(written(&value), written(&partial), "{input:?}");
+            }
+        }
+        assert!(whole > 100, "{whole}");
     }
 
     #[test]
