@@ -1438,7 +1438,9 @@ mod tests {
     /// choice's two kinds of delta, each chunk mutated.
     #[test]
     fn shapes_taking_turns_agree_with_the_general_path() {
-        let cases: [(usize, usize, fn(usize, usize) -> usize, usize); 5] = [
+        // Choices, rounds, which kind of delta each turn is (see `rotation`), shapes kept.
+        type Case = (usize, usize, fn(usize, usize) -> usize, usize);
+        let cases: [Case; 5] = [
             (3, 12, |_, _| 0, 3),
             (2, 12, |turn, c| (turn + c) % 2, 4),
             (3, 8, |turn, c| if c == 2 { 2 } else { (turn + c) % 2 }, 5),
