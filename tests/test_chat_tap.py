@@ -111,3 +111,70 @@ def test_twin_cores_at_random_chunkings(name, data):
     for chunk in data.draw(chunking(stream)):
         assert py.feed(chunk) == rust.feed(chunk)
     assert_twins(rust, py)
+
+
+def _turn(choice: int, delta: bytes, tail: bytes = b"", top: bytes = b"") -> bytes:
+    return (b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m",%s"usage":null,"choices":[{"index":%d,'
+            b'"delta":%s%s}],"obfuscation":"%s"}' % (top, choice, delta, tail, b"q" * (choice % 3)))
+
+
+def _rotation(rng: random.Random, n: int, turns: int) -> list[bytes]:
+    """``n`` choices (each with a tool call) taking turns at random kinds of delta: text, tool call
+    arguments, reasoning, a ``finish_reason`` or ``role`` that changes, a top-level value fixed
+    in one shape (no numbers) and a hole (numbers) or a string in another, a hole of another type."""
+    first = b",".join(
+        b'{"index":%d,"delta":{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"t%d","type":"function",'
+        b'"function":{"name":"f","arguments":""}}]}}' % (c, c)
+        for c in range(n)
+    )
+    lines = [b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[%s]}' % first]
+    kinds = [
+        lambda c, t: _turn(c, b'{"content":"%s"}' % t),
+        lambda c, t: _turn(c, b'{"tool_calls":[{"index":0,"function":{"arguments":"%s"}}]}' % t),
+        lambda c, t: _turn(c, b'{"reasoning":"%s"}' % t, b',"finish_reason":null'),
+        lambda c, t: _turn(c, b'{"content":"%s"}' % t, b',"finish_reason":"%s"' % rng.choice([b"stop", b"length"])),
+        lambda c, t: _turn(c, b'{"content":"%s","role":"%s"}' % (t, rng.choice([b"tool", b"user"]))),
+        lambda c, t: _turn(c, b'{"content":"%s"}' % t, top=rng.choice(
+            [b'"moderation":{"flagged":false},', b'"moderation":{"score":%d},' % c, b'"moderation":"m",'])),
+        lambda c, t: _turn(c, rng.choice([b'{"content":%d}' % c, b'{"content":"%s"}' % t])),
+    ]
+    for i in range(turns):
+        choice = i % n if rng.random() < 0.8 else rng.randrange(n)
+        text = rng.choice([b"a", b"b\\n", b"\\u00e9", b'\\"q'])
+        lines.append(kinds[rng.choice([0, 0, 1, 1, 2, 3, 4, 5, 6])](choice, text))
+    return lines
+
+
+@needs_native
+def test_twin_cores_on_choices_taking_turns():
+    """The Rust tap's shapes (several kept, the least recently used evicted, kept together only
+    when what they set agrees) against the pure core: ``n`` = 2, 3 and more choices than shapes."""
+    rng = random.Random(2222)
+    for round_ in range(80):
+        n = rng.choice([2, 3, 4, 9])
+        lines = _rotation(rng, n, rng.randint(10, 60))
+        if rng.random() < 0.5:
+            at = rng.randrange(1, len(lines))
+            mutated = bytearray(lines[at])
+            mutated[rng.randrange(len(mutated))] = rng.choice(b'"\\{}[],:0-e. ')
+            lines[at] = bytes(mutated)
+        rust, py = core_pair("ChatCore", max_event_size=rng.choice([None, 9, 1 << 20]))
+        for line in lines:
+            assert py.add_json(line) == rust.add_json(line), (round_, line)
+            assert_twins(rust, py, (round_, line))
+
+
+@needs_native
+def test_twin_cores_on_a_field_fixed_in_one_shape_and_a_hole_in_another():
+    """Two shapes taking turns, one with a ``moderation`` without numbers (fixed in its template,
+    so set by it), the other with numbers (its template's holes): each chunk sets its own. (The
+    tap once kept both shapes, and the first one's chunks left the second's value in place.)"""
+    head = b'{"id":"c","object":"chat.completion.chunk","model":"m",'
+    first = head + b'"choices":[{"index":0,"delta":{"role":"assistant","content":""}},{"index":1,"delta":{"content":""}}]}'
+    fixed = head + b'"moderation":{"flagged":false},"choices":[{"index":0,"delta":{"content":"e"}}]}'
+    hole = head + b'"moderation":{"score":1},"choices":[{"index":1,"delta":{"content":"f"}}]}'
+    rust, py = core_pair("ChatCore")
+    for line in [first, fixed, hole, fixed, hole, fixed]:
+        assert py.add_json(line) == rust.add_json(line)
+        assert_twins(rust, py, line)
+    assert json.loads(rust.snapshot_json())["moderation"] == {"flagged": False}

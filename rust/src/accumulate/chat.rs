@@ -169,6 +169,31 @@ enum Action {
 
 type Learn<'a> = fast::Learn<'a, Action>;
 
+/// The most shapes a [`ChatAccumulator`] keeps: an `n = 4` stream's choices taking turns, or
+/// two choices' text and tool call deltas.
+const SHAPES: usize = 8;
+
+/// A shape learned from a chunk [`add_fast`](ChatAccumulator::add_fast) read.
+#[derive(Debug, Default)]
+struct Shape {
+    template: Template,
+    /// What the chunk did with each of the template's holes, in order.
+    actions: Vec<Action>,
+    /// What a chunk of the shape sets whatever the state (see [`fast::Learn`] and
+    /// [`note_entry`]), which it leaves as it is: so the shape holds only while nothing sets
+    /// those otherwise.
+    sets: String,
+    /// The [`ChatAccumulator::clock`] when it was learned or last read (0: free): the least
+    /// recently used goes first.
+    used: u64,
+    /// The shape read after this one last time, tried first after it.
+    next: usize,
+}
+
+/// The value noted for a top-level field a shape replaces by a hole (see [`note_entry`]):
+/// never JSON, so it agrees only with another hole.
+const HOLE: &str = "\u{2}";
+
 /// Builds a `ChatCompletion` from its stream chunks. See the module docs.
 #[derive(Debug)]
 pub struct ChatAccumulator {
@@ -176,15 +201,14 @@ pub struct ChatAccumulator {
     completion: Option<Map<String, Value>>,
     /// Replaced top-level fields not yet built into `completion` (the fast path's).
     replaced: Replaced,
-    /// The shapes of the last two chunks [`add_fast`](Self::add_fast) read that make one, what
-    /// each did and set (see [`fast::Learn`]), and the one learned or read last: the chunks of
-    /// an `n = 2` stream take turns. Two are kept only when they set the same.
-    templates: [Template; 2],
-    actions: [Vec<Action>; 2],
-    sets: [String; 2],
+    /// The shapes of the last chunks [`add_fast`](Self::add_fast) read that make one (at most
+    /// [`SHAPES`]), and the one learned or read last: the chunks of an `n = 2` stream take
+    /// turns, and so do a choice's text and tool call deltas with another's. Kept together only
+    /// when what they set agrees (see [`agree`]).
+    shapes: Vec<Shape>,
     last: usize,
-    /// Whether the last two chunks read by shapes were read by different ones.
-    turns: bool,
+    /// Counts the shapes' uses (their [`Shape::used`]).
+    clock: u64,
     choices: Vec<Map<String, Value>>,
     tally: Tally,
     cap: TextCap,
@@ -198,11 +222,9 @@ impl ChatAccumulator {
         ChatAccumulator {
             completion: None,
             replaced: Replaced::default(),
-            templates: Default::default(),
-            actions: Default::default(),
-            sets: Default::default(),
+            shapes: Vec::new(),
             last: 0,
-            turns: false,
+            clock: 0,
             choices: Vec::new(),
             tally: Tally::default(),
             cap: TextCap::new(limit),
@@ -215,16 +237,16 @@ impl ChatAccumulator {
             return Ok(());
         }
         if self.completion.is_some() {
-            // Shapes taking turns: the other one first.
-            let first = self.last ^ usize::from(self.turns);
-            for slot in [first, 1 - first] {
-                if let Some(holes) = self.templates[slot].read(payload) {
-                    self.turns = slot != self.last;
-                    self.last = slot;
-                    self.add_templated(slot, holes);
-                    self.tally.events += 1;
-                    return self.cap.check(self.tally.events - 1);
+            if let Some((at, holes)) = self.read_shape(payload) {
+                self.clock += 1;
+                self.shapes[at].used = self.clock;
+                if let Some(before) = self.shapes.get_mut(self.last) {
+                    before.next = at;
                 }
+                self.last = at;
+                self.add_templated(at, holes);
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
             }
             if self.add_fast(payload).is_some() {
                 self.tally.events += 1;
@@ -235,18 +257,43 @@ impl ChatAccumulator {
         self.add_general(payload)
     }
 
-    fn forget_shapes(&mut self) {
-        for template in &mut self.templates {
-            template.clear();
+    /// The shape that reads `payload` and its holes: first the one read after the last one
+    /// last time (the turns of an `n`-choice stream come round in order), then the others. Any
+    /// that reads it would do: no two shapes read the same payload, as one is learned only when
+    /// every kept one misses.
+    fn read_shape<'p>(
+        &self,
+        payload: &'p [u8],
+    ) -> Option<(usize, [Option<Hole<'p>>; fast::MAX_HOLES])> {
+        let guess = self
+            .shapes
+            .get(self.last)
+            .map_or(usize::MAX, |shape| shape.next);
+        if let Some(shape) = self.shapes.get(guess) {
+            if let Some(holes) = shape.template.read(payload) {
+                return Some((guess, holes));
+            }
         }
+        self.shapes
+            .iter()
+            .enumerate()
+            .filter(|&(at, _)| at != guess)
+            .find_map(|(at, shape)| Some((at, shape.template.read(payload)?)))
+    }
+
+    fn forget_shapes(&mut self) {
+        self.shapes.clear();
     }
 
     /// A chunk of a learned shape: what the learned chunk did, with this one's holes.
-    fn add_templated(&mut self, slot: usize, holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
+    fn add_templated(&mut self, slot: usize, mut holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
         let Some(completion) = self.completion.as_mut() else {
             return;
         };
-        for (hole, action) in holes.into_iter().flatten().zip(&self.actions[slot]) {
+        // The holes taken one by one (they come first, in order): `into_iter` would copy the
+        // whole array into the iterator, a tenth of a templated chunk's time.
+        let holes = holes.iter_mut().map_while(Option::take);
+        for (hole, action) in holes.zip(&self.shapes[slot].actions) {
             match (hole, action) {
                 (Hole::Text(text), Action::Text { choice, path, key }) => {
                     let target = self.choices[*choice]
@@ -373,19 +420,62 @@ impl ChatAccumulator {
             let applied = choices.items(|c| self.fast_choice(c, Some(&mut learn)));
             debug_assert!(applied.is_some(), "checked first");
         }
-        // Into the slot not read last; the other stays if the two set the same.
-        let (slot, other) = (1 - self.last, self.last);
-        let sets = std::mem::take(&mut learn.sets);
-        self.templates[slot].learn_from(payload, learn, &mut self.actions[slot]);
-        if !self.templates[slot].is_learned() {
-            self.forget_shapes();
-        } else {
-            if sets != self.sets[other] {
-                self.templates[other].clear();
+        // Into a free slot, else the least recently used one's.
+        let slot = match self
+            .shapes
+            .iter()
+            .position(|shape| !shape.template.is_learned())
+        {
+            Some(free) => free,
+            None if self.shapes.len() < SHAPES => {
+                self.shapes.push(Shape::default());
+                self.shapes.len() - 1
             }
-            self.sets[slot] = sets;
-            self.last = slot;
+            None => (0..self.shapes.len())
+                .min_by_key(|&at| self.shapes[at].used)
+                .unwrap_or(0),
+        };
+        let mut sets = std::mem::take(&mut learn.sets);
+        let shape = &mut self.shapes[slot];
+        shape
+            .template
+            .learn_from(payload, learn, &mut shape.actions);
+        if !shape.template.is_learned() {
+            self.forget_shapes();
+            return Some(());
         }
+        // The top-level fields it replaces that are not strings (those are noted already): by
+        // a hole (its numbers), or, a value without numbers, fixed in the shape and so set.
+        for (key, raw) in REPLACED.into_iter().zip(top) {
+            let Some(raw) = raw.filter(|raw| !raw.is_null() && raw.first() != b'"') else {
+                continue;
+            };
+            let by_hole = shape
+                .actions
+                .iter()
+                .any(|action| matches!(action, Action::Replace(k) if *k == key));
+            note_entry(
+                &mut sets,
+                format_args!("top/{key}"),
+                if by_hole { HOLE } else { raw.json() },
+            );
+        }
+        // The kept shapes whose sets this chunk changed would no longer do what they did.
+        for (at, other) in self.shapes.iter_mut().enumerate() {
+            if at != slot && !agree(&sets, &other.sets) {
+                other.template.clear();
+                other.used = 0;
+            }
+        }
+        self.clock += 1;
+        let shape = &mut self.shapes[slot];
+        shape.sets = sets;
+        shape.used = self.clock;
+        shape.next = slot;
+        if let Some(before) = self.shapes.get_mut(self.last) {
+            before.next = slot;
+        }
+        self.last = slot;
         Some(())
     }
 
@@ -825,8 +915,30 @@ fn fast_list<'a>(
 
 /// Notes in `learn.sets` that the chunk set `what` to `value` (see [`fast::Learn`]).
 fn noted_set(learn: &mut Learn<'_>, what: std::fmt::Arguments<'_>, value: Raw<'_>) {
+    note_entry(&mut learn.sets, what, value.json());
+}
+
+/// One entry of a [`Shape`]'s sets: `what`, `\u{1}`, the value's JSON (or [`HOLE`]), `\u{0}`.
+/// Neither byte is in a JSON text the tap reads (it leaves control bytes to serde), nor in a
+/// `what` (made of such keys, choice positions and `Debug` paths, which escape them).
+fn note_entry(sets: &mut String, what: std::fmt::Arguments<'_>, value: &str) {
     use std::fmt::Write;
-    let _ = write!(learn.sets, "{what}={};", value.json());
+    let _ = write!(sets, "{what}\u{1}{value}\u{0}");
+}
+
+/// Whether two shapes' sets agree: what both set, they set to the same value. Then a chunk of
+/// either leaves what the other set as it found it (a text hole never appends to what a shape
+/// sets: those are `index`, `type`, `role`, `id`, a `finish_reason`, top-level fields).
+fn agree(ours: &str, theirs: &str) -> bool {
+    fn what(entry: &str) -> &str {
+        entry.split('\u{1}').next().unwrap_or_default()
+    }
+    ours.split_terminator('\u{0}').all(|entry| {
+        let key = what(entry);
+        theirs
+            .split_terminator('\u{0}')
+            .all(|other| other == entry || what(other) != key)
+    })
 }
 
 /// Whether `raw` is a list with an object that has an `index` (see [`has_indexed_entries`]).
@@ -1084,7 +1196,7 @@ mod tests {
         let mut general = ChatAccumulator::with_text_cap(cap);
         let mut templated = 0;
         for (n, line) in lines.iter().enumerate() {
-            templated += usize::from(fast.templates.iter().any(|t| t.read(line).is_some()));
+            templated += usize::from(fast.read_shape(line).is_some());
             assert_eq!(
                 fast.add_json(line),
                 general.add_general(line),
@@ -1226,7 +1338,7 @@ mod tests {
             acc.add_json(line).unwrap();
         }
         assert!(
-            acc.templates.iter().any(|t| t.read(lines[2]).is_some()),
+            acc.read_shape(lines[2]).is_some(),
             "a run is read by the template"
         );
         let mut templated = 0;
@@ -1281,6 +1393,152 @@ mod tests {
                 let mut mutated_lines = lines.clone();
                 mutated_lines[at] = &mutated;
                 agree_every(&mutated_lines, Some(5), 4);
+            }
+        }
+    }
+
+    /// A stream of `n` choices (each with a tool call) and `rounds` turns of each, every chunk one
+    /// choice's: `kind(turn, choice)` picks a text delta (0), a tool call's arguments (1) or a
+    /// reasoning delta with the SDK's `finish_reason: null` (2).
+    fn rotation(n: usize, rounds: usize, kind: impl Fn(usize, usize) -> usize) -> Vec<String> {
+        let head = r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","usage":null,"choices":["#;
+        let first: Vec<String> = (0..n)
+            .map(|c| format!(r#"{{"index":{c},"delta":{{"role":"assistant","content":"","tool_calls":[{{"index":0,"id":"t{c}","type":"function","function":{{"name":"f","arguments":""}}}}]}}}}"#))
+            .collect();
+        let mut out = vec![format!(r#"{head}{}],"obfuscation":"x"}}"#, first.join(","))];
+        for turn in 0..rounds {
+            for c in 0..n {
+                let text = ["a", "b\\n", "\\u00e9", "\\\"q"][(turn + c) % 4];
+                let delta = match kind(turn, c) {
+                    0 => format!(r#"{{"content":"{text}"}}"#),
+                    1 => format!(
+                        r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":"{text}"}}}}]}}"#
+                    ),
+                    _ => format!(r#"{{"reasoning":"{text}"}},"finish_reason":null"#),
+                };
+                out.push(format!(
+                    r#"{head}{{"index":{c},"delta":{delta}}}],"obfuscation":"{}"}}"#,
+                    "q".repeat(turn % 5)
+                ));
+            }
+        }
+        out
+    }
+
+    /// The shapes an accumulator holds.
+    fn kept(acc: &ChatAccumulator) -> usize {
+        acc.shapes
+            .iter()
+            .filter(|s| s.template.is_learned())
+            .count()
+    }
+
+    /// Several shapes kept (see [`SHAPES`]): `n = 3` choices taking turns, two choices' text and
+    /// tool call deltas taking turns, more choices than shapes (each evicted and relearned), a
+    /// choice's two kinds of delta, each chunk mutated.
+    #[test]
+    fn shapes_taking_turns_agree_with_the_general_path() {
+        // Choices, rounds, which kind of delta each turn is (see `rotation`), shapes kept.
+        type Case = (usize, usize, fn(usize, usize) -> usize, usize);
+        let cases: [Case; 5] = [
+            (3, 12, |_, _| 0, 3),
+            (2, 12, |turn, c| (turn + c) % 2, 4),
+            (3, 8, |turn, c| if c == 2 { 2 } else { (turn + c) % 2 }, 5),
+            (SHAPES + 1, 3, |_, _| 0, SHAPES),
+            (1, 16, |turn, _| turn % 2, 2),
+        ];
+        for (n, rounds, kind, shapes) in cases {
+            let run = rotation(n, rounds, kind);
+            let lines: Vec<&[u8]> = run.iter().map(|l| l.as_bytes()).collect();
+            let mut acc = ChatAccumulator::new();
+            for line in &lines {
+                acc.add_json(line).unwrap();
+            }
+            assert_eq!(kept(&acc), shapes, "n = {n}");
+            let templated = agree(&lines, None);
+            agree(&lines, Some(9));
+            if n <= SHAPES {
+                // All but the first round (a new delta key is inserted: no shape) and each
+                // shape's first chunk after it.
+                let missed = lines.len() - templated;
+                assert!(
+                    missed <= 1 + n + shapes,
+                    "n = {n}: {missed} not read by shapes"
+                );
+            }
+            for at in (1..lines.len()).step_by(3) {
+                for mutated in mutations(lines[at]).into_iter().step_by(5) {
+                    let mut mutated_lines = lines.clone();
+                    mutated_lines[at] = &mutated;
+                    agree_every(&mutated_lines, Some(9), 4);
+                }
+            }
+        }
+        // Evicted and relearned: nine choices once each, then the first two taking turns.
+        let mut run = rotation(SHAPES + 1, 1, |_, _| 0);
+        let rest = rotation(2, 6, |_, _| 1);
+        run.extend(rest.into_iter().skip(1));
+        let lines: Vec<&[u8]> = run.iter().map(|l| l.as_bytes()).collect();
+        assert!(agree(&lines, None) >= 10, "relearned shapes read");
+    }
+
+    /// Shapes kept together only when what they set agrees: a `finish_reason` or `role` set to
+    /// another value, a top-level value fixed in one shape (no numbers) and replaced by a hole
+    /// (its numbers) or set as a string in another; and shapes that differ only in a hole's
+    /// type (a number where a text was, a string where a number was, a skipped string that is
+    /// not one), which no template reads.
+    #[test]
+    fn shapes_that_disagree_are_not_kept_together() {
+        let head = r#"{"id":"c","object":"chat.completion.chunk","model":"m","#;
+        let first = format!(
+            r#"{head}"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}}}},{{"index":1,"delta":{{"content":""}}}}]}}"#
+        );
+        let tails = [
+            r#""choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+            r#""choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"length"}]}"#,
+            r#""choices":[{"index":1,"delta":{"content":"c","role":"tool"}}]}"#,
+            r#""choices":[{"index":1,"delta":{"content":"d","role":"user"}}]}"#,
+            r#""moderation":{"flagged":false},"choices":[{"index":0,"delta":{"content":"e"}}]}"#,
+            r#""moderation":{"score":1},"choices":[{"index":1,"delta":{"content":"f"}}]}"#,
+            r#""usage":"u","choices":[{"index":0,"delta":{"content":"g"}}]}"#,
+            r#""usage":{"n":2},"choices":[{"index":1,"delta":{"content":"h"}}]}"#,
+            r#""x_v":{"k":true},"choices":[{"index":0,"delta":{"content":"i"}}]}"#,
+            r#""x_v":{"k":false},"choices":[{"index":1,"delta":{"content":"j"}}]}"#,
+            r#""usage":{"n":3},"choices":[{"index":0,"delta":{"content":5}}]}"#,
+            r#""usage":{"n":"3"},"choices":[{"index":0,"delta":{"content":"k"}}]}"#,
+            r#""obfuscation":"o","choices":[{"index":1,"delta":{"content":"l"}}]}"#,
+            r#""obfuscation":7,"choices":[{"index":1,"delta":{"content":"m"}}]}"#,
+        ];
+        for (n, pair) in tails.chunks(2).enumerate() {
+            let mut run = vec![first.clone()];
+            for i in 0..8 {
+                run.push(format!("{head}{}", pair[i % 2]));
+                if i == 5 {
+                    // A third shape between the two.
+                    run.push(format!(
+                        r#"{head}"choices":[{{"index":1,"delta":{{"refusal":"r"}}}}]}}"#
+                    ));
+                }
+            }
+            let lines: Vec<&[u8]> = run.iter().map(|l| l.as_bytes()).collect();
+            agree(&lines, None);
+            agree(&lines, Some(3));
+            let mut acc = ChatAccumulator::new();
+            for line in &lines[..2] {
+                acc.add_json(line).unwrap();
+            }
+            if n < 5 {
+                acc.add_json(lines[2]).unwrap();
+                assert_eq!(kept(&acc), 1, "{pair:?} kept together");
+            } else {
+                assert!(acc.read_shape(lines[2]).is_none(), "{pair:?} read as one");
+            }
+            for at in 1..lines.len() {
+                for mutated in mutations(lines[at]).into_iter().step_by(7) {
+                    let mut mutated_lines = lines.clone();
+                    mutated_lines[at] = &mutated;
+                    agree_every(&mutated_lines, None, 3);
+                }
             }
         }
     }
