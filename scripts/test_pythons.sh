@@ -73,7 +73,7 @@ if [ -d "$WHEEL" ]; then
   with_test=(--find-links "$WHEEL" "rapidsse[test]")
 elif [ -f "$WHEEL" ]; then
   wheel=("$WHEEL")
-  with_test=("rapidsse[test] @ file://$(cd "$(dirname "$WHEEL")" && pwd)/$(basename "$WHEEL")")
+  with_test=("${WHEEL}[test]")
 else
   echo "test_pythons: no wheel at $WHEEL (make wheel builds one)" >&2
   exit 1
