@@ -19,13 +19,15 @@ dev: $(VENV)/bin/python
 cargo-test:
 	cargo test -q
 
-# The whole suite, once per backend. The two runs go at once: each is one single-threaded pytest
-# (the machines have two cores or more), the two are independent (servers on port 0, files in
-# their own tmp_path) and the Rust run's long single-core stretches (installs, the release wheel's
-# fat-LTO link) leave a core idle. The pure run's output is shown whole after the Rust run's;
-# --durations names the slowest tests of each.
+# The whole suite, once per backend; --durations names the slowest tests of each run.
+# PYTEST_AT_ONCE=1 runs the two at the same time (each is one single-threaded pytest, and the Rust
+# run's installs and fat-LTO link leave a core idle; the pure run's output follows the Rust run's).
+# Not the default: on a loaded 2-core machine the timing-sensitive checks of tests/test_measure*.py
+# (kernel timestamps within 15 ms, Ctrl-C during a measure) failed that way once.
 PYTEST_ARGS ?= -q --durations=15
+PYTEST_AT_ONCE ?=
 pytest: dev
+ifeq ($(PYTEST_AT_ONCE),1)
 	@pure_log=$$(mktemp); \
 	echo "RAPIDSSE_BACKEND=python $(PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider (in the background)"; \
 	RAPIDSSE_BACKEND=python $(PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider >$$pure_log 2>&1 & pure=$$!; \
@@ -35,6 +37,10 @@ pytest: dev
 	echo "== RAPIDSSE_BACKEND=python:"; cat $$pure_log; rm -f $$pure_log; \
 	echo "pytest: Rust backend exit $$rust_rc, Python backend exit $$pure_rc"; \
 	test $$rust_rc = 0 && test $$pure_rc = 0
+else
+	RAPIDSSE_BACKEND=rust $(PY) -m pytest $(PYTEST_ARGS)
+	RAPIDSSE_BACKEND=python $(PY) -m pytest $(PYTEST_ARGS)
+endif
 
 test: dev cargo-test pytest
 
