@@ -5,21 +5,42 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 
 .PHONY: test test-pythons wheel dev cargo-test pytest bench clean
 
+# uv (PyPI) installs into the venvs: maturin's `--uv`, the wheel group, scripts/test_pythons.sh and
+# the wheel tests' fresh venvs (it resolves and links from its cache in seconds where pip takes
+# minutes for the test extra). pip stays in the venv for what must use it (pip's sdist build).
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q -U pip maturin
+	$(PY) -m pip install -q -U pip maturin uv
 
 # Debug-profile build of the extension (opt-level 1, see Cargo.toml) plus the test extras.
 dev: $(VENV)/bin/python
-	$(VENV)/bin/maturin develop -q -E test
+	$(VENV)/bin/maturin develop -q --uv -E test
 
 cargo-test:
 	cargo test -q
 
-# The whole suite, once per backend.
+# The whole suite, once per backend; --durations names the slowest tests of each run.
+# PYTEST_AT_ONCE=1 runs the two at the same time (each is one single-threaded pytest, and the Rust
+# run's installs and fat-LTO link leave a core idle; the pure run's output follows the Rust run's).
+# Not the default: on a loaded 2-core machine the timing-sensitive checks of tests/test_measure*.py
+# (kernel timestamps within 15 ms, Ctrl-C during a measure) failed that way once.
+PYTEST_ARGS ?= -q --durations=15
+PYTEST_AT_ONCE ?=
 pytest: dev
-	RAPIDSSE_BACKEND=rust $(PY) -m pytest -q
-	RAPIDSSE_BACKEND=python $(PY) -m pytest -q
+ifeq ($(PYTEST_AT_ONCE),1)
+	@pure_log=$$(mktemp); \
+	echo "RAPIDSSE_BACKEND=python $(PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider (in the background)"; \
+	RAPIDSSE_BACKEND=python $(PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider >$$pure_log 2>&1 & pure=$$!; \
+	echo "RAPIDSSE_BACKEND=rust $(PY) -m pytest $(PYTEST_ARGS)"; \
+	RAPIDSSE_BACKEND=rust $(PY) -m pytest $(PYTEST_ARGS); rust_rc=$$?; \
+	wait $$pure; pure_rc=$$?; \
+	echo "== RAPIDSSE_BACKEND=python:"; cat $$pure_log; rm -f $$pure_log; \
+	echo "pytest: Rust backend exit $$rust_rc, Python backend exit $$pure_rc"; \
+	test $$rust_rc = 0 && test $$pure_rc = 0
+else
+	RAPIDSSE_BACKEND=rust $(PY) -m pytest $(PYTEST_ARGS)
+	RAPIDSSE_BACKEND=python $(PY) -m pytest $(PYTEST_ARGS)
+endif
 
 test: dev cargo-test pytest
 
@@ -34,7 +55,7 @@ WHEEL_SOURCES := $(shell git ls-files Cargo.toml Cargo.lock pyproject.toml READM
 wheel: $(WHEEL_DIR)/.built
 
 $(WHEEL_DIR)/.built: $(VENV)/bin/python $(WHEEL_SOURCES) Makefile
-	$(PY) -m pip install -q --disable-pip-version-check --group wheel
+	$(VENV)/bin/uv pip install -q --group wheel
 	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR) && touch $(WHEEL_DIR)/.started
 	PATH=$(VIRTUAL_ENV)/bin:$$PATH CARGO_TARGET_DIR=target/release-wheel $(VENV)/bin/maturin build -q --release --zig \
 		--compatibility manylinux2014 -i $(PY) -o $(WHEEL_DIR)
@@ -44,7 +65,7 @@ $(WHEEL_DIR)/.built: $(VENV)/bin/python $(WHEEL_SOURCES) Makefile
 # That wheel in a venv of every CPython >= 3.10 on the machine, running the Rust-backend tests
 # that exercise the compiled core there (scripts/test_pythons.sh; PYTHONS_TESTS=tests for all).
 test-pythons: wheel
-	WHEEL=$(abspath $(WHEEL_DIR)) bash scripts/test_pythons.sh
+	WHEEL=$(abspath $(WHEEL_DIR)) UV=$(abspath $(VENV)/bin/uv) bash scripts/test_pythons.sh
 
 # Benchmarks need the optimised build.
 bench: $(VENV)/bin/python
