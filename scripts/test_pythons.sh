@@ -25,9 +25,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 # The suite's files that exercise the compiled core on the interpreter's own object layout:
-# framing, typed decoding (the Struct builder), schemas, accumulation, the integrations and the
-# CLI. (The rest, wheel builds, memory, threads, serving, are the same on every version.)
-PYTHONS_TESTS=${PYTHONS_TESTS:-"tests/test_framing.py tests/test_decoding.py tests/test_native.py tests/test_schemas.py tests/test_accumulate.py tests/test_integrations.py tests/test_cli.py"}
+# framing, typed decoding (the Struct builder), schemas, accumulation, the integrations, the
+# CLI and the native async iterator (whose slots each version calls differently). (The rest, wheel builds, memory, threads, serving, are the same on every version.)
+PYTHONS_TESTS=${PYTHONS_TESTS:-"tests/test_framing.py tests/test_decoding.py tests/test_native.py tests/test_schemas.py tests/test_accumulate.py tests/test_integrations.py tests/test_cli.py tests/test_async_drain.py"}
 WHEEL=${WHEEL:-"$ROOT/target/wheelhouse"}
 VENVS=${PYTHONS_VENVS:-"$ROOT/target/pythons"}
 mkdir -p "$VENVS"
