@@ -24,6 +24,39 @@ def pytest_report_header(config):
     return [f"rapidsse backend: {rapidsse.BACKEND} (native extension importable: {native is not None})"]
 
 
+def cycles_left(action) -> tuple[int, list[str]]:
+    """Runs ``action()`` with the cyclic collector off and keeping what it frees: how many objects
+    in reference cycles the action left behind, and the names of their types (for the message)."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        action()
+        found = gc.collect()
+        kinds = sorted({type(o).__name__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    return found, kinds
+
+
+def sample_feed(chunk):
+    """A stand-in for a decoder's ``feed`` in the drains' tests: two events per chunk; ``"bad"``
+    raises an ``SSEError`` carrying one event, ``"boom"`` another error."""
+    from rapidsse import SSEError
+
+    if chunk == "bad":
+        err = SSEError("bad chunk")
+        err.events = ["e-before-error"]
+        raise err
+    if chunk == "boom":
+        raise KeyError("not an SSEError")
+    return [f"{chunk}.1", f"{chunk}.2"]
+
+
 def corpus_files(kind: str) -> list[Path]:
     folder = CORPUS / kind
     if not folder.is_dir():

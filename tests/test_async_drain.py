@@ -17,7 +17,7 @@ import rapidsse
 from rapidsse import framing
 from rapidsse.errors import SSEError
 
-from .conftest import native
+from .conftest import native, sample_feed
 
 
 def _adrains():
@@ -29,14 +29,7 @@ def _adrains():
 ADRAINS = pytest.mark.parametrize("name,adrain", list(_adrains()), ids=lambda v: v if isinstance(v, str) else "")
 
 
-def feed(chunk):
-    if chunk == "bad":
-        err = SSEError("bad chunk")
-        err.events = ["e-before-error"]
-        raise err
-    if chunk == "boom":
-        raise KeyError("not an SSEError")
-    return [f"{chunk}.1", f"{chunk}.2"]
+feed = sample_feed  # two events a chunk; "bad" raises an SSEError with one, "boom" a KeyError
 
 
 def run(coro):

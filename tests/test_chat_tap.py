@@ -84,6 +84,22 @@ ODD = [
 ]
 
 
+def _mutate_one(rng, lines: list) -> None:
+    """One byte of one line (not the first) replaced by a byte that matters to JSON."""
+    at = rng.randrange(1, len(lines))
+    mutated = bytearray(lines[at])
+    mutated[rng.randrange(len(mutated))] = rng.choice(b'"\\{}[],:0-e. ')
+    lines[at] = bytes(mutated)
+
+
+def _assert_twin_lines(lines: list, max_event_size, round_) -> None:
+    """The Rust and pure Chat cores fed the same lines agree after every one."""
+    rust, py = core_pair("ChatCore", max_event_size=max_event_size)
+    for line in lines:
+        assert py.add_json(line) == rust.add_json(line), (round_, line)
+        assert_twins(rust, py, (round_, line))
+
+
 @needs_native
 def test_twin_cores_on_runs_broken_by_odd_and_mutated_chunks():
     rng = random.Random(22)
@@ -92,14 +108,8 @@ def test_twin_cores_on_runs_broken_by_odd_and_mutated_chunks():
         for _ in range(4):
             lines += _run(rng.randint(1, 6), rng.randint(0, 1))
             lines.insert(rng.randint(1, len(lines)), rng.choice(ODD))
-        at = rng.randrange(1, len(lines))
-        mutated = bytearray(lines[at])
-        mutated[rng.randrange(len(mutated))] = rng.choice(b'"\\{}[],:0-e. ')
-        lines[at] = bytes(mutated)
-        rust, py = core_pair("ChatCore", max_event_size=rng.choice([None, 6, 1 << 20]))
-        for line in lines:
-            assert py.add_json(line) == rust.add_json(line), (round_, line)
-            assert_twins(rust, py, (round_, line))
+        _mutate_one(rng, lines)
+        _assert_twin_lines(lines, rng.choice([None, 6, 1 << 20]), round_)
 
 
 @needs_native
@@ -154,14 +164,8 @@ def test_twin_cores_on_choices_taking_turns():
         n = rng.choice([2, 3, 4, 9])
         lines = _rotation(rng, n, rng.randint(10, 60))
         if rng.random() < 0.5:
-            at = rng.randrange(1, len(lines))
-            mutated = bytearray(lines[at])
-            mutated[rng.randrange(len(mutated))] = rng.choice(b'"\\{}[],:0-e. ')
-            lines[at] = bytes(mutated)
-        rust, py = core_pair("ChatCore", max_event_size=rng.choice([None, 9, 1 << 20]))
-        for line in lines:
-            assert py.add_json(line) == rust.add_json(line), (round_, line)
-            assert_twins(rust, py, (round_, line))
+            _mutate_one(rng, lines)
+        _assert_twin_lines(lines, rng.choice([None, 9, 1 << 20]), round_)
 
 
 @needs_native

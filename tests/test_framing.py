@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import rapidsse
 from rapidsse import EventTooLarge, ServerSentEvent, SSEDecoder, SSEError
 
-from .conftest import chunked, corpus_files
+from .conftest import chunked, corpus_files, sample_feed
 
 E = ServerSentEvent
 BOM = b"\xef\xbb\xbf"
@@ -328,14 +328,7 @@ def test_drain_hands_out_events_then_errors_and_stops_reading(name, drain):
             log.append(("read", chunk))
             yield chunk
 
-    def feed(chunk):
-        if chunk == "bad":
-            err = SSEError("bad chunk")
-            err.events = ["e-before-error"]
-            raise err
-        if chunk == "boom":
-            raise KeyError("not an SSEError")
-        return [f"{chunk}.1", f"{chunk}.2"]
+    feed = sample_feed
 
     def at_end():
         log.append("end")

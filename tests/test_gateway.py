@@ -29,7 +29,7 @@ from rapidsse.gateway import ExchangeRecord, Tokens, create_gateway  # noqa: E40
 from rapidsse.integrations import to_builtins  # noqa: E402
 from rapidsse.serve import BackgroundServer, ReplayServer, Synthetic, SyntheticServer  # noqa: E402
 
-from .conftest import ROOT, corpus_files  # noqa: E402
+from .conftest import ROOT, corpus_files, cycles_left  # noqa: E402
 
 TIMEOUT = 20.0
 KINDS = ("responses", "chat", "anthropic", "gemini")
@@ -442,8 +442,6 @@ def test_exchanges_leave_no_reference_cycles(tap):
     all but never runs: that is sound only if an exchange leaves no reference cycle behind, tapped
     or not, for every protocol. (The synthetic server and the measure client, in this process too,
     make none: tests/test_measure.py.)"""
-    import gc
-
     from rapidsse import measure as m
 
     pytest.importorskip("uvloop")
@@ -459,17 +457,7 @@ def test_exchanges_leave_no_reference_cycles(tap):
             records.take(count * len(m.PROTOCOLS))
 
         drive(2)  # imports, first-call caches, the metrics' children, pooled connections
-        gc.collect()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            drive(6)
-            found = gc.collect()
-            kinds = sorted({type(o).__name__ for o in gc.garbage})
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
+        found, kinds = cycles_left(lambda: drive(6))
     assert found == 0, kinds
 
 

@@ -24,7 +24,7 @@ from rapidsse import measure as m  # noqa: E402
 from rapidsse.measure import RequestResult, Run  # noqa: E402
 from rapidsse.serve import BackgroundServer, SyntheticServer  # noqa: E402
 
-from .conftest import chunked, corpus_files  # noqa: E402
+from .conftest import chunked, corpus_files, cycles_left  # noqa: E402
 
 TIMEOUT = 20.0
 
@@ -455,8 +455,6 @@ def test_streams_leave_no_reference_cycles(protocol, timestamps):
     per request would pile up: neither the harness nor the synthetic server may make one, neither
     for a stream read to its end nor for one cut off by a timeout. (On the loop the harness runs
     on, uvloop's; asyncio's own leaves a cycle in a transport whose connection a timeout cancels.)"""
-    import gc
-
     pytest.importorskip("uvloop")
     if timestamps == "kernel" and not m.kernel_timestamps():
         pytest.skip("no kernel receive timestamps here")
@@ -465,20 +463,17 @@ def test_streams_leave_no_reference_cycles(protocol, timestamps):
         url = m.endpoint_url(server.url, protocol, "some-model")
         bodies = [m.request_body(protocol, "hi there", model="some-model")]
         run_async(m.measure(url, bodies, protocol=protocol, num_prompts=2))  # imports, first-call caches
-        gc.collect()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            run = m.run_loop(m.measure(url, bodies, protocol=protocol, num_prompts=12, max_concurrency=4,
-                                       timestamps=timestamps))
-            cut = m.run_loop(m.measure(url, bodies, protocol=protocol, num_prompts=3, timeout=0.015, timestamps=timestamps))
+        runs = []
+
+        def streams() -> None:
+            runs.append(m.run_loop(m.measure(url, bodies, protocol=protocol, num_prompts=12, max_concurrency=4,
+                                             timestamps=timestamps)))
+            runs.append(m.run_loop(m.measure(url, bodies, protocol=protocol, num_prompts=3, timeout=0.015,
+                                             timestamps=timestamps)))
             time.sleep(0.2)  # the server's side of the cut streams ends (all are done by 28 ms)
-            found = gc.collect()
-            kinds = sorted({type(o).__name__ for o in gc.garbage})
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
+
+        found, kinds = cycles_left(streams)
+    run, cut = runs
     assert all(r.ok for r in run.results) and all(r.error.startswith("timeout") for r in cut.results)
     assert found == 0, kinds
 
