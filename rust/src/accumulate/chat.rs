@@ -157,11 +157,14 @@ enum Step {
 #[derive(Debug)]
 enum Action {
     /// Merged a string (appended it) at `key` of the object at `path` under the `message` of
-    /// the choice at position `choice` (see [`merge_string`]).
+    /// the choice at position `choice` (see [`merge_string`]). `route`: where the string was
+    /// found last time, each map's entry by its position (see [`routed_text`]), so that a chunk
+    /// of the shape appends without hashing a key; empty until found.
     Text {
         choice: usize,
         path: Vec<Step>,
         key: String,
+        route: Vec<usize>,
     },
     /// Replaced a top-level field.
     Replace(&'static str),
@@ -293,9 +296,23 @@ impl ChatAccumulator {
         // The holes taken one by one (they come first, in order): `into_iter` would copy the
         // whole array into the iterator, a tenth of a templated chunk's time.
         let holes = holes.iter_mut().map_while(Option::take);
-        for (hole, action) in holes.zip(&self.shapes[slot].actions) {
+        for (hole, action) in holes.zip(&mut self.shapes[slot].actions) {
             match (hole, action) {
-                (Hole::Text(text), Action::Text { choice, path, key }) => {
+                (
+                    Hole::Text(text),
+                    Action::Text {
+                        choice,
+                        path,
+                        key,
+                        route,
+                    },
+                ) => {
+                    // A text hole's key is never one of `REPLACED_KEYS` (those are set, not
+                    // appended): so a string there is appended to, as `merge_string` does.
+                    let ours = &mut self.choices[*choice];
+                    if append_routed(ours, path, key, route, &text, &mut self.cap) {
+                        continue;
+                    }
                     let target = self.choices[*choice]
                         .get_mut("message")
                         .and_then(|message| walk(message, path));
@@ -742,6 +759,86 @@ fn walk<'m>(message: &'m mut Value, path: &[Step]) -> Option<&'m mut Map<String,
     at.as_object_mut()
 }
 
+/// Appends `text` to the string at `key` of the object at `path` under a choice's `message`
+/// as [`merge_string`] would (capped), reaching it by `route` (the position of each map's entry
+/// on the way: `message`, each key of `path`, `key`) without hashing a key, each entry's key
+/// compared with the one expected there. When the route is empty or leads elsewhere (nothing is
+/// removed from these maps, so never once found: but checked), it is found again by looking the
+/// keys up, and kept. False (nothing done) when there is no string there: [`merge_string`]
+/// decides.
+fn append_routed(
+    choice: &mut Map<String, Value>,
+    path: &[Step],
+    key: &str,
+    route: &mut Vec<usize>,
+    text: &str,
+    cap: &mut TextCap,
+) -> bool {
+    for attempt in 0..2 {
+        if attempt == 1 {
+            match find_route(choice, path, key) {
+                Some(found) => *route = found,
+                None => return false,
+            }
+        }
+        if let Some(Value::String(ours)) = follow(choice, path, key, route) {
+            if cap.admits(ours.len(), text.len()) {
+                ours.push_str(text);
+            }
+            return true;
+        }
+    }
+    false
+}
+
+/// The value at position `at` of `map` if its key is `key`.
+fn entry_at<'v>(map: &'v mut Map<String, Value>, at: usize, key: &str) -> Option<&'v mut Value> {
+    let (k, v) = map.iter_mut().nth(at)?;
+    (k == key).then_some(v)
+}
+
+/// The value [`append_routed`]'s `route` leads to: `None` at the first entry that is not where
+/// the route says (or a route too short).
+fn follow<'m>(
+    choice: &'m mut Map<String, Value>,
+    path: &[Step],
+    key: &str,
+    route: &[usize],
+) -> Option<&'m mut Value> {
+    let mut positions = route.iter().copied();
+    let mut at = entry_at(choice, positions.next()?, "message")?;
+    for step in path {
+        at = match step {
+            Step::Key(k) => entry_at(at.as_object_mut()?, positions.next()?, k)?,
+            Step::Pos(n) => at.as_array_mut()?.get_mut(*n)?,
+        };
+    }
+    entry_at(at.as_object_mut()?, positions.next()?, key)
+}
+
+/// The route [`append_routed`] takes to the value at `key` of the object at `path` under the
+/// choice's `message`, looked up key by key; `None` when there is no value there.
+fn find_route(choice: &Map<String, Value>, path: &[Step], key: &str) -> Option<Vec<usize>> {
+    fn position<'v>(
+        route: &mut Vec<usize>,
+        map: &'v Map<String, Value>,
+        key: &str,
+    ) -> Option<&'v Value> {
+        route.push(map.keys().position(|k| k == key)?);
+        map.get(key)
+    }
+    let mut route = Vec::with_capacity(2 + path.len());
+    let mut at = position(&mut route, choice, "message")?;
+    for step in path {
+        at = match step {
+            Step::Key(k) => position(&mut route, at.as_object()?, k)?,
+            Step::Pos(n) => at.as_array()?.get(*n)?,
+        };
+    }
+    position(&mut route, at.as_object()?, key)?;
+    Some(route)
+}
+
 /// [`merge_delta`] of a delta [`check_delta`] passed, from its JSON: strings appended without
 /// a `Value` built for them, objects and lists walked by [`fast_entry`]. Each appended string
 /// is noted in `learn` as a text hole; anything that would not do the same when done again
@@ -773,9 +870,14 @@ fn fast_delta<'a>(
                 } else {
                     let path = Vec::new();
                     let key = key.to_owned();
-                    learn
-                        .holes
-                        .push((value, true, Action::Text { choice, path, key }));
+                    let route = Vec::new();
+                    let text = Action::Text {
+                        choice,
+                        path,
+                        key,
+                        route,
+                    };
+                    learn.holes.push((value, true, text));
                 }
             }
             _ => fast_entry(message, key, value, choice, &mut path, learn, warnings, cap),
@@ -830,10 +932,14 @@ fn fast_entry<'a>(
             if cap.admits(ours.len(), text.len()) {
                 ours.push_str(&text);
             }
-            let (path, key) = (path.clone(), key.to_owned());
-            learn
-                .holes
-                .push((delta, true, Action::Text { choice, path, key }));
+            let (path, key, route) = (path.clone(), key.to_owned(), Vec::new());
+            let text = Action::Text {
+                choice,
+                path,
+                key,
+                route,
+            };
+            learn.holes.push((delta, true, text));
         }
         (Value::Number(ours), b'-' | b'0'..=b'9') => {
             learn.ok = false;
@@ -1541,6 +1647,110 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A text hole's route (see [`append_routed`]): found, followed, found again when it leads
+    /// elsewhere (an entry moved, a key renamed), and no string there left to `merge_string`.
+    #[test]
+    fn routed_appends_find_their_way_again() {
+        let json = r#"{"index":0,"finish_reason":null,"message":{"role":"assistant","content":"a","tool_calls":[{"index":0,"function":{"name":"f","arguments":"{"}}]}}"#;
+        let Ok(Value::Object(mut choice)) = serde_json::from_str::<Value>(json) else {
+            unreachable!()
+        };
+        let path = [
+            Step::Key("tool_calls".to_owned()),
+            Step::Pos(0),
+            Step::Key("function".to_owned()),
+        ];
+        let mut cap = TextCap::new(None);
+        let mut route = Vec::new();
+        assert!(append_routed(
+            &mut choice,
+            &path,
+            "arguments",
+            &mut route,
+            "x",
+            &mut cap
+        ));
+        assert_eq!(route, [2, 2, 1, 1]);
+        assert!(append_routed(
+            &mut choice,
+            &path,
+            "arguments",
+            &mut route,
+            "y",
+            &mut cap
+        ));
+        let (mut content, mut empty) = (Vec::new(), Vec::new());
+        assert!(append_routed(
+            &mut choice,
+            &[],
+            "content",
+            &mut content,
+            "b",
+            &mut cap
+        ));
+        assert_eq!(content, [2, 1]);
+        // The message moved to another position, a key before `content` gone.
+        let message = choice.shift_remove("message").unwrap();
+        choice.insert("logprobs".to_owned(), Value::Null);
+        choice.insert("message".to_owned(), message);
+        choice["message"]
+            .as_object_mut()
+            .unwrap()
+            .shift_remove("role");
+        assert!(append_routed(
+            &mut choice,
+            &path,
+            "arguments",
+            &mut route,
+            "z",
+            &mut cap
+        ));
+        assert_eq!(route, [3, 1, 1, 1]);
+        assert!(append_routed(
+            &mut choice,
+            &[],
+            "content",
+            &mut content,
+            "c",
+            &mut cap
+        ));
+        assert_eq!(content, [3, 0]);
+        // Not a string (found, nothing done), or not there (not found).
+        choice["message"]["content"] = Value::Null;
+        assert!(!append_routed(
+            &mut choice,
+            &[],
+            "content",
+            &mut content,
+            "d",
+            &mut cap
+        ));
+        assert_eq!(content, [3, 0]);
+        assert!(!append_routed(
+            &mut choice,
+            &[],
+            "refusal",
+            &mut empty,
+            "d",
+            &mut cap
+        ));
+        assert!(empty.is_empty());
+        assert_eq!(choice["message"]["content"], Value::Null);
+        let mut capped = TextCap::new(Some(4));
+        assert!(append_routed(
+            &mut choice,
+            &path,
+            "arguments",
+            &mut route,
+            "toolong",
+            &mut capped
+        ));
+        assert_eq!(
+            choice["message"]["tool_calls"][0]["function"]["arguments"],
+            "{xyz"
+        );
     }
 
     /// Every recording, and every recording with its chunks' order disturbed (each chunk after
