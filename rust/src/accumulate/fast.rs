@@ -36,7 +36,7 @@ fn parse_checked<'a>(payload: &'a [u8], ev: &mut StreamEvent<'a>) -> Option<()> 
 }
 
 /// Bit 0: `bytes` holds a byte below 0x20; bit 7: a byte of 0x80 or above. Thirty-two bytes
-/// at a time with SSE2 (part of every x86-64 CPU).
+/// at a time with SSE2 (part of every x86-64 CPU), the last ones by overlapping loads.
 #[inline]
 fn control_or_high(bytes: &[u8]) -> u8 {
     let mut i = 0;
@@ -48,7 +48,8 @@ fn control_or_high(bytes: &[u8]) -> u8 {
             _mm_or_si128, _mm_set1_epi8, _mm_setzero_si128,
         };
         // SAFETY: SSE2 is in the x86-64 baseline; every load reads 16 bytes inside `bytes`
-        // (`i + 32 <= len` for the pair), unaligned loads allowed.
+        // (`i + 32 <= len` for the pair, `at + 16 <= len` for a last one), unaligned loads
+        // allowed.
         unsafe {
             let limit = _mm_set1_epi8(0x1f);
             let mut high = _mm_setzero_si128();
@@ -65,6 +66,20 @@ fn control_or_high(bytes: &[u8]) -> u8 {
                     ),
                 );
                 i += 32;
+            }
+            // The last bytes (fewer than 32): one or two loads of sixteen, the last ending
+            // `bytes` (overlapping bytes already looked at, which changes nothing).
+            if bytes.len() >= 16 && i < bytes.len() {
+                let mut tail = |at: usize| {
+                    let a = _mm_loadu_si128(bytes.as_ptr().add(at).cast::<__m128i>());
+                    high = _mm_or_si128(high, a);
+                    control = _mm_or_si128(control, _mm_cmpeq_epi8(_mm_min_epu8(a, limit), a));
+                };
+                if i + 16 < bytes.len() {
+                    tail(i);
+                }
+                tail(bytes.len() - 16);
+                i = bytes.len();
             }
             if _mm_movemask_epi8(high) != 0 {
                 seen |= 0x80;
@@ -1514,10 +1529,9 @@ impl Template {
         }
         let mut r = Reader::checked(payload)?;
         let mut out = [None, None, None, None];
-        // Where each hole is in `payload`.
-        let mut at = [(0usize, 0usize); MAX_NUMBERS + MAX_HOLES + MAX_SKIPS];
-        let mut texts: [Option<Cow<'a, str>>; MAX_HOLES] = [None, None, None, None];
-        let mut text_n = 0;
+        // Each output filled as its holes are read (they come in the outputs' order): the next
+        // output, and where the value being read starts in `payload`.
+        let (mut next, mut value_begin) = (0, 0);
         let mut from = 0;
         for (i, &(start, end, kind)) in self.holes.iter().enumerate() {
             let fixed = &self.learned[from..start];
@@ -1526,44 +1540,49 @@ impl Template {
             }
             r.pos += fixed.len();
             let begin = r.pos;
-            if kind == HoleKind::Text {
-                texts[text_n] = Some(r.string()?);
-                text_n += 1;
-            } else if kind == HoleKind::Skip {
-                if r.peek()? != b'"' {
-                    return None;
+            match kind {
+                HoleKind::Text => {
+                    *out.get_mut(next)? = Some(Hole::Text(r.string()?));
+                    next += 1;
                 }
-                r.skip_value()?;
-            } else {
-                let mut lx = Lexer::new(r.buf);
-                lx.seek(begin);
-                if !matches!(lx.peek()?, b'-' | b'0'..=b'9') {
-                    return None;
+                HoleKind::Skip => {
+                    if r.peek()? != b'"' {
+                        return None;
+                    }
+                    r.skip_value()?;
                 }
-                lx.skip_buildable_value(0)?;
-                r.pos = lx.position();
+                HoleKind::Number => {
+                    let mut lx = Lexer::new(r.buf);
+                    lx.seek(begin);
+                    if !matches!(lx.peek()?, b'-' | b'0'..=b'9') {
+                        return None;
+                    }
+                    lx.skip_buildable_value(0)?;
+                    r.pos = lx.position();
+                    let Some(&Output::Value {
+                        start: value_start,
+                        end: value_end,
+                        first,
+                        last,
+                    }) = self.outputs.get(next)
+                    else {
+                        // Never: a number hole is inside the next output, a value.
+                        return None;
+                    };
+                    if i == first {
+                        value_begin = begin - (start - value_start);
+                    }
+                    if i + 1 == last {
+                        let stop = r.pos + (value_end - end);
+                        out[next] = Some(Hole::Value(Raw(r.text.get(value_begin..stop)?)));
+                        next += 1;
+                    }
+                }
             }
-            at[i] = (begin, r.pos);
             from = end;
         }
         if !same(&r.buf[r.pos..], &self.learned[from..]) {
             return None;
-        }
-        let mut texts = texts.into_iter().flatten();
-        for (slot, output) in out.iter_mut().zip(&self.outputs) {
-            *slot = Some(match *output {
-                Output::Text => Hole::Text(texts.next()?),
-                Output::Value {
-                    start,
-                    end,
-                    first,
-                    last,
-                } => {
-                    let begin = at[first].0 - (self.holes[first].0 - start);
-                    let stop = at[last - 1].1 + (end - self.holes[last - 1].1);
-                    Hole::Value(Raw(&r.text[begin..stop]))
-                }
-            });
         }
         Some(out)
     }
