@@ -135,6 +135,10 @@ struct Block {
     live: Option<(&'static str, String)>,
     /// `Some` for a tool block; emptied once parsed into `input` at `content_block_stop`.
     input_json: Option<String>,
+    /// The `input` of a stopped tool block whose input JSON is one whole value, as JSON (what
+    /// [`write_whole`] writes, the bytes the value [`parse_whole`] gives would be written as),
+    /// written in place of `input` (which then holds a placeholder, for its key's place).
+    input_whole: Option<Vec<u8>>,
 }
 
 /// Builds a `Message` from its stream events. See the module docs.
@@ -470,11 +474,23 @@ impl AnthropicAccumulator {
         let Some(json) = block.input_json.as_mut().filter(|j| !j.is_empty()) else {
             return;
         };
-        // A stopped block's input JSON is almost always whole: read in one pass, the partial
-        // parse only when it is not.
+        // A stopped block's input JSON is almost always whole: written in one pass as its value
+        // would be written (the value built only when it is not, or has a repeated key).
+        if let Some(written) = write_whole(json) {
+            match block.object.get_mut("input") {
+                Some(input) => *input = Value::Null,
+                None => {
+                    block.object.insert("input".to_owned(), Value::Null);
+                }
+            }
+            block.input_whole = Some(written);
+            json.clear();
+            return;
+        }
         match parse_whole(json).or_else(|| parse_partial(json)) {
             Some(input) => {
                 block.object.insert("input".to_owned(), input);
+                block.input_whole = None;
             }
             None => self.warnings.push(format!(
                 "content_block_stop: the input JSON of block {index} does not parse"
@@ -624,6 +640,7 @@ impl Block {
         Block {
             object,
             input_json: TOOL_INPUT_BLOCKS.contains(&&*kind).then(String::new),
+            input_whole: None,
             kind,
             grows,
             live,
@@ -643,7 +660,8 @@ impl Block {
         }
     }
 
-    /// The block's entries, the live text in its place (written by `text`).
+    /// The block's entries, the live text in its place (written by `text`), and `input` (when
+    /// given) or the whole input JSON kept at `content_block_stop` in place of its `input`.
     fn write_with<'b>(
         &'b self,
         out: &mut Vec<u8>,
@@ -651,10 +669,14 @@ impl Block {
         mut text: impl FnMut(&mut Vec<u8>, &'static str, &'b str),
     ) {
         let live = self.live.as_ref();
+        let whole = self.input_whole.as_deref();
         json::write_entries(out, &self.object, |out, key, value| match (live, input) {
             (Some((live_key, live_text)), _) if *live_key == key => text(out, live_key, live_text),
             (_, Some(input)) if key == "input" => json::write_value(out, input),
-            _ => json::write_value(out, value),
+            _ => match whole {
+                Some(whole) if key == "input" => out.extend_from_slice(whole),
+                _ => json::write_value(out, value),
+            },
         });
     }
 
@@ -880,6 +902,102 @@ fn parse_whole(json: &str) -> Option<Value> {
     let value = whole_value(&mut jiter, peek, JITER_DEPTH)?;
     jiter.finish().ok()?;
     Some(value)
+}
+
+/// Input JSON that [`parse_whole`] reads, written as [`json::write_value`] writes the value it
+/// gives (the very bytes), in one pass with the same jiter calls and without building the
+/// value; None when `parse_whole` would give None, or for an object with a repeated key (whose
+/// value keeps the key's first place and its last value: then `parse_whole` decides) or more
+/// than [`WRITTEN_KEYS`] keys.
+fn write_whole(json: &str) -> Option<Vec<u8>> {
+    let mut jiter = jiter::Jiter::new(json.as_bytes());
+    let peek = jiter.peek().ok()?;
+    let mut out = Vec::with_capacity(json.len());
+    let mut keys = Vec::new();
+    write_whole_value(&mut jiter, peek, JITER_DEPTH, &mut out, &mut keys)?;
+    jiter.finish().ok()?;
+    Some(out)
+}
+
+/// The keys of an object [`write_whole`] compares a new key with (beyond: `parse_whole`).
+const WRITTEN_KEYS: usize = 64;
+
+/// [`whole_value`]'s walk, writing what it reads; `keys` holds where the keys of the objects
+/// open so far are in `out` (as written: equal keys are written alike).
+fn write_whole_value(
+    jiter: &mut jiter::Jiter<'_>,
+    peek: jiter::Peek,
+    depth: u8,
+    out: &mut Vec<u8>,
+    keys: &mut Vec<std::ops::Range<usize>>,
+) -> Option<()> {
+    use jiter::{NumberAny, NumberInt, Peek};
+    match peek {
+        Peek::Null => {
+            jiter.known_null().ok()?;
+            out.extend_from_slice(b"null");
+        }
+        Peek::True | Peek::False => {
+            let b = jiter.known_bool(peek).ok()?;
+            out.extend_from_slice(if b { b"true" } else { b"false" });
+        }
+        Peek::String => json::write_str(out, jiter.known_str().ok()?),
+        Peek::Array => {
+            let depth = depth.checked_sub(1)?;
+            out.push(b'[');
+            let mut next = jiter.known_array().ok()?;
+            let mut first = true;
+            while let Some(peek) = next {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                write_whole_value(jiter, peek, depth, out, keys)?;
+                next = jiter.array_step().ok()?;
+            }
+            out.push(b']');
+        }
+        Peek::Object => {
+            let depth = depth.checked_sub(1)?;
+            out.push(b'{');
+            let open = keys.len();
+            let mut key = jiter.known_object().ok()?.map(|k| written_key(out, k));
+            while let Some(at) = key {
+                if keys.len() - open == WRITTEN_KEYS
+                    || keys[open..]
+                        .iter()
+                        .any(|k| out[k.clone()] == out[at.clone()])
+                {
+                    return None;
+                }
+                keys.push(at);
+                out.push(b':');
+                let peek = jiter.peek().ok()?;
+                write_whole_value(jiter, peek, depth, out, keys)?;
+                key = jiter.next_key().ok()?.map(|k| {
+                    out.push(b',');
+                    written_key(out, k)
+                });
+            }
+            keys.truncate(open);
+            out.push(b'}');
+        }
+        _ => {
+            let number = match jiter.known_number(peek).ok()? {
+                NumberAny::Int(NumberInt::Int(i)) => serde_json::Number::from(i),
+                NumberAny::Float(f) => serde_json::Number::from_f64(f)?,
+            };
+            json::write_value(out, &Value::Number(number));
+        }
+    }
+    Some(())
+}
+
+/// Writes `key` (a JSON string) and gives where it is in `out`.
+fn written_key(out: &mut Vec<u8>, key: &str) -> std::ops::Range<usize> {
+    let start = out.len();
+    json::write_str(out, key);
+    start..out.len()
 }
 
 /// The nesting read in one pass, below jiter's own limit (its `DEFAULT_RECURSION_LIMIT`, 200):
@@ -1367,14 +1485,121 @@ mod tests {
                 }
             }
         }
+        let (mut kept, mut repeated) = (0, 0);
         for input in &inputs {
             if let Some(value) = parse_whole(input) {
                 whole += 1;
                 let partial = parse_partial(input).expect("a whole value parses partially");
                 assert_eq!(written(&value), written(&partial), "{input:?}");
             }
+            // Written in one pass: what parse_whole gives, written, byte for byte.
+            if let Some(bytes) = write_whole(input) {
+                kept += 1;
+                let value = parse_whole(input).expect("written input JSON is whole");
+                let mut want = Vec::new();
+                json::write_value(&mut want, &value);
+                assert_eq!(bytes, want, "{input:?}");
+            } else if parse_whole(input).is_some() {
+                // Only a repeated key (or over WRITTEN_KEYS keys) leaves it to parse_whole.
+                let tree = jiter::JsonValue::parse(input.as_bytes(), false).unwrap();
+                assert!(repeats_a_key(&tree), "{input:?}");
+                repeated += 1;
+            }
         }
         assert!(whole > 100, "{whole}");
+        assert!(kept > 100 && repeated < kept / 4, "{kept} {repeated}");
+        assert!(write_whole(r#"{"k": 1, "j": {"k": 2}, "l": [{"k": 3}]}"#).is_some());
+        assert!(write_whole(r#"{"k": 1, "j": 2, "k": 3}"#).is_none());
+        assert!(write_whole(r#"{"\u006b": 1, "k": 3}"#).is_none());
+    }
+
+    /// Whether an object in `value` repeats a key or has more than WRITTEN_KEYS.
+    fn repeats_a_key(value: &jiter::JsonValue<'_>) -> bool {
+        use jiter::JsonValue as J;
+        match value {
+            J::Array(items) => items.iter().any(repeats_a_key),
+            J::Object(entries) => {
+                let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_ref()).collect();
+                let unique: std::collections::HashSet<&str> = keys.iter().copied().collect();
+                unique.len() < keys.len()
+                    || keys.len() > WRITTEN_KEYS
+                    || entries.iter().any(|(_, v)| repeats_a_key(v))
+            }
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn a_stopped_tool_block_gives_the_input_the_general_parse_gives() {
+        // The input JSON kept as it came (or the value built when it is not whole), in the
+        // snapshot, at stop and after more input arrives, against the value built.
+        let written = |v: &Value| serde_json::to_string(v).unwrap();
+        let start = r#"{"type":"message_start","message":{"id":"m","content":[],"usage":{"input_tokens":3,"output_tokens":1}}}"#;
+        let mut inputs: Vec<String> = vec![
+            r#" {"a": [1, -0, 2.5e3, -1.5E-7, 0.0], "b": {"c": null, "d": true}, "a": 3} "#
+                .to_owned(),
+            r#"{"s": "\u00e9\n\ud83d\ude00 \"q\"", "t": ""}"#.to_owned(),
+            r#"{"a": 9223372036854775808}"#.to_owned(),
+            r#"{"a": 1e400}"#.to_owned(),
+            r#"{"a": "cut"#.to_owned(),
+            r#"[1, {"x": []}]"#.to_owned(),
+            "nope".to_owned(),
+        ];
+        for mutated in crate::accumulate::mutations(inputs[0].clone().as_bytes()) {
+            if let Ok(text) = String::from_utf8(mutated) {
+                inputs.push(text);
+            }
+        }
+        for input in &inputs {
+            for (block, has_input) in [
+                (
+                    r#"{"type":"tool_use","id":"t","name":"f","input":{},"after":1}"#,
+                    true,
+                ),
+                (r#"{"type":"server_tool_use","id":"t","name":"f"}"#, false),
+            ] {
+                let head = format!(
+                    r#"{{"type":"content_block_start","index":0,"content_block":{block}}}"#
+                );
+                let delta = format!(
+                    r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"input_json_delta","partial_json":{}}}}}"#,
+                    serde_json::to_string(input).unwrap()
+                );
+                let stop = r#"{"type":"content_block_stop","index":0}"#;
+                let acc = feed(&[start, &head, &delta, stop]);
+                let got = snapshot(&acc);
+                let want = parse_whole(input)
+                    .or_else(|| parse_partial(input))
+                    .unwrap_or_else(|| {
+                        if has_input {
+                            serde_json::json!({})
+                        } else {
+                            Value::Null
+                        }
+                    });
+                let block = &got["content"][0];
+                assert_eq!(written(&block["input"]), written(&want), "{input:?}");
+                // The key keeps its place (before "after"; last when the block had none).
+                let keys: Vec<&String> = block.as_object().unwrap().keys().collect();
+                let input_at = keys.iter().position(|k| *k == "input");
+                if has_input {
+                    assert_eq!(input_at, Some(3), "{input:?} {keys:?}");
+                } else if want != Value::Null {
+                    assert_eq!(input_at, Some(keys.len() - 1), "{input:?} {keys:?}");
+                }
+                // More input after the stop: the new JSON's partial parse when it has one,
+                // else the stopped input; a second stop keeps what parses.
+                let more = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"[7, "}}"#;
+                let later = snapshot(&feed(&[start, &head, &delta, stop, more]));
+                assert_eq!(later["content"][0]["input"], serde_json::json!([7]));
+                let bad = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"x"}}"#;
+                let acc = feed(&[start, &head, &delta, stop, bad, stop]);
+                assert_eq!(
+                    written(&snapshot(&acc)["content"][0]["input"]),
+                    written(&want)
+                );
+            }
+        }
     }
 
     #[test]
