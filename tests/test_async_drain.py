@@ -142,6 +142,47 @@ def test_any_object_is_an_event(name, adrain):
 
 
 @ADRAINS
+@pytest.mark.parametrize("suspend", [True, False], ids=["awaits-futures", "completes-synchronously"])
+def test_the_list_feed_returned_is_read_live_as_the_sync_drains_read_it(name, adrain, suspend):
+    """A feed may hand back the same list every time (refilled per chunk), and what is appended to
+    it while its events go out goes out too, as the sync ``Drain`` / ``_drain`` read it (the
+    native loop hands the events out of the list itself, not out of a copy)."""
+    from .test_framing import _drains
+
+    def make_feed():
+        buffer = []
+
+        def feed(chunk):
+            buffer[:] = [f"{chunk}.1", f"{chunk}.2"]
+            return buffer
+
+        return feed, buffer
+
+    def consume(events, buffer):
+        out = []
+        for event in events:
+            out.append(event)
+            if event == "a.1":
+                buffer.append("a.extra")
+        return out
+
+    async def aconsume(events, buffer):
+        out = []
+        async for event in events:
+            out.append(event)
+            if event == "a.1":
+                buffer.append("a.extra")
+        return out
+
+    expected = ["a.1", "a.2", "a.extra", "b.1", "b.2"]
+    for _, drain in _drains():
+        f, buffer = make_feed()
+        assert consume(drain(f, ["a", "b"]), buffer) == expected
+    f, buffer = make_feed()
+    assert run(aconsume(adrain(f, Source(["a", "b"], suspend)), buffer)) == expected
+
+
+@ADRAINS
 def test_aclose_mid_chunk_closes_the_source_and_drops_the_rest(name, adrain):
     ends = []
 

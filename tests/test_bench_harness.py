@@ -118,9 +118,15 @@ def test_async_contenders_count_every_event_against_their_sync_twin(group):
     names = {c.name for c in contenders}
     assert any("async for" in name for name in names)
     for contender in contenders:
-        assert contender.run(load.inputs) == N, contender.name
+        prepared = contender.prepare(load.inputs) if contender.prepare else load.inputs
+        assert contender.run(prepared) == N, contender.name
         if "async for" in contender.name:
             assert contender.baseline in names and "async" not in contender.baseline, contender.name
+    # The source alone (no decoding) is a row of its own, its ratio taken against the bare list.
+    bare = {c.name: c for c in contenders if "drained bare" in c.name}
+    assert sorted(bare) == ["chunks alone, async for chunk in async generator, drained bare",
+                            "chunks alone, for chunk in list, drained bare"]
+    assert bare["chunks alone, async for chunk in async generator, drained bare"].baseline in bare
 
 
 def test_corpus_contenders_agree_on_a_few_recordings():

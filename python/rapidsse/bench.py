@@ -780,7 +780,37 @@ def _async_contenders(protocol: Protocol) -> list[Contender]:
                                   functools.partial(_aiterated, backend, functools.partial(_aiter_events_generator,
                                                                                        protocol=protocol)),
                                   requires, baseline=baseline))
+    # The source alone, no decoding: what the async generator costs over the list it yields
+    # from is part of every async row's ratio (docs/benchmarks.md). Timed per event of the stream.
+    bare_list = "chunks alone, for chunk in list, drained bare"
+    prepare = functools.partial(_with_event_count, protocol)
+    rows += [
+        Contender(bare_list, _drained_bare, prepare=prepare, baseline="rapidsse rust, for event in iter_events(list)"),
+        Contender("chunks alone, async for chunk in async generator, drained bare", _adrained_bare, prepare=prepare,
+                  baseline=bare_list),
+    ]
     return rows
+
+
+def _with_event_count(protocol: Protocol, chunks: list[bytes]) -> tuple[list[bytes], int]:
+    """The chunks and the number of events they hold (decoded once, outside the timed region), which
+    the bare drains report so that their time per event compares with the decoding rows'."""
+    return chunks, _count(decoding.iter_events(chunks, protocol=protocol))
+
+
+def _drained_bare(prepared: tuple[list[bytes], int]) -> int:
+    """``for chunk in chunks`` and nothing else; returns the events the chunks hold."""
+    chunks, n_events = prepared
+    _count(chunks)
+    return n_events
+
+
+def _adrained_bare(prepared: tuple[list[bytes], int]) -> int:
+    """``async for chunk in`` an async generator of the chunks, and nothing else (run to completion
+    without an event loop); returns the events the chunks hold."""
+    chunks, n_events = prepared
+    _completed(_acount(_achunks(chunks)))
+    return n_events
 
 
 def _aiter_events_generator(source: Any, protocol: Protocol) -> Any:

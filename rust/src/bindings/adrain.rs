@@ -48,8 +48,10 @@ struct State {
     source: Option<Py<PyAny>>,
     finished: Option<Py<PyAny>>,
     at_end: Option<Py<PyAny>>,
-    /// The events of the chunk read last that are not out yet.
-    events: std::vec::IntoIter<Py<PyAny>>,
+    /// The events of the chunk read last (the list `feed` returned) and the index of the next
+    /// one to hand out, read live as the sync `Drain` reads it.
+    events: Option<Py<PyList>>,
+    next: usize,
     /// The error (an `SSEError`) to raise once its events are out.
     pending: Option<Py<PyAny>>,
     /// The iterator of the awaitable a step delegates to: the source's `__anext__()` while a chunk
@@ -65,6 +67,25 @@ struct State {
 }
 
 impl State {
+    /// The next event of the chunk in hand as a new reference, or NULL when they are all out.
+    /// Drops nothing (the hot paths call it with no PyO3 attach count).
+    fn next_event(&mut self) -> *mut ffi::PyObject {
+        let Some(events) = &self.events else {
+            return ptr::null_mut();
+        };
+        // SAFETY: the thread is attached (CPython called the slot); `events` is a list, so
+        // PyList_Size cannot fail and PyList_GetItem in bounds returns a borrowed item.
+        unsafe {
+            if (self.next as ffi::Py_ssize_t) < ffi::PyList_Size(events.as_ptr()) {
+                let event = ffi::PyList_GetItem(events.as_ptr(), self.next as ffi::Py_ssize_t);
+                self.next += 1;
+                ffi::Py_IncRef(event);
+                return event;
+            }
+        }
+        ptr::null_mut()
+    }
+
     /// Over: nothing more is read or handed out, and `at_end` is not called.
     fn stop(&mut self) {
         self.feed = None;
@@ -72,7 +93,8 @@ impl State {
         self.source = None;
         self.finished = None;
         self.at_end = None;
-        self.events = Vec::new().into_iter();
+        self.events = None;
+        self.next = 0;
         self.pending = None;
         self.awaiting = None;
         self.started = true;
@@ -144,6 +166,27 @@ fn throw_into(py: Python<'_>, iter: &Py<PyAny>, err: Option<PyErr>) -> Delegated
     }
 }
 
+/// What the unary slot `slot` (`Py_am_anext`, `Py_am_await`) of `object`'s type returns (a new
+/// reference), or a `TypeError` made by `missing` from the type's name when it has none.
+fn call_slot<'py>(
+    py: Python<'py>,
+    object: &Bound<'py, PyAny>,
+    slot: c_int,
+    missing: fn(&str) -> String,
+) -> PyResult<Bound<'py, PyAny>> {
+    let tp = object.get_type();
+    // SAFETY: attached; PyType_GetSlot takes static types since 3.10.
+    let f = unsafe { ffi::PyType_GetSlot(tp.as_type_ptr(), slot) };
+    if f.is_null() {
+        return Err(PyTypeError::new_err(missing(&tp.name()?.to_string())));
+    }
+    // SAFETY: both slots are unaryfuncs returning a new reference or NULL with an error set.
+    unsafe {
+        let f: ffi::unaryfunc = std::mem::transmute(f);
+        Bound::from_owned_ptr_or_err(py, f(object.as_ptr()))
+    }
+}
+
 /// The iterator `await awaitable` runs, as CPython finds it (`_PyCoro_GetAwaitableIter`): a
 /// coroutine (or a generator-based one) itself, else what its `__await__` returns.
 fn await_iter<'py>(py: Python<'py>, awaitable: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -151,19 +194,9 @@ fn await_iter<'py>(py: Python<'py>, awaitable: Bound<'py, PyAny>) -> PyResult<Bo
     if tp.is(COROUTINE_TYPE.get(py)?) || tp.is(GENERATOR_TYPE.get(py)?) {
         return Ok(awaitable);
     }
-    // SAFETY: attached; PyType_GetSlot takes static types since 3.10.
-    let slot = unsafe { ffi::PyType_GetSlot(tp.as_type_ptr(), ffi::Py_am_await) };
-    if slot.is_null() {
-        return Err(PyTypeError::new_err(format!(
-            "'async for' received an invalid object from __anext__: {}",
-            tp.name()?
-        )));
-    }
-    // SAFETY: the slot is a unaryfunc returning a new reference or NULL with an error set.
-    let iter = unsafe {
-        let f: ffi::unaryfunc = std::mem::transmute(slot);
-        Bound::from_owned_ptr_or_err(py, f(awaitable.as_ptr()))?
-    };
+    let iter = call_slot(py, &awaitable, ffi::Py_am_await, |name| {
+        format!("'async for' received an invalid object from __anext__: {name}")
+    })?;
     if unsafe { ffi::PyIter_Check(iter.as_ptr()) } == 0 {
         return Err(PyTypeError::new_err(format!(
             "__await__() returned non-iterator of type '{}'",
@@ -175,20 +208,30 @@ fn await_iter<'py>(py: Python<'py>, awaitable: Bound<'py, PyAny>) -> PyResult<Bo
 
 /// `source.__anext__()`'s awaitable iterator.
 fn anext_iter<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let tp = source.get_type();
-    // SAFETY: as in `await_iter`.
-    let slot = unsafe { ffi::PyType_GetSlot(tp.as_type_ptr(), ffi::Py_am_anext) };
-    if slot.is_null() {
-        return Err(PyTypeError::new_err(format!(
-            "'async for' requires an iterator with __anext__ method, got {}",
-            tp.name()?
-        )));
-    }
-    let awaitable = unsafe {
-        let f: ffi::unaryfunc = std::mem::transmute(slot);
-        Bound::from_owned_ptr_or_err(py, f(source.as_ptr()))?
-    };
+    let awaitable = call_slot(py, source, ffi::Py_am_anext, |name| {
+        format!("'async for' requires an iterator with __anext__ method, got {name}")
+    })?;
     await_iter(py, awaitable)
+}
+
+/// `f(arg)` with no argument tuple (`PyObject_CallFunctionObjArgs` vectorcalls `f` when it can;
+/// PyO3's `call1` builds a tuple on an abi3 build for < 3.12).
+fn call_one<'py>(
+    py: Python<'py>,
+    f: &Py<PyAny>,
+    arg: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: attached; the argument list is NULL-terminated; a new reference or NULL with an error set.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyObject_CallFunctionObjArgs(
+                f.as_ptr(),
+                arg.as_ptr(),
+                ptr::null_mut::<ffi::PyObject>(),
+            ),
+        )
+    }
 }
 
 impl State {
@@ -249,8 +292,12 @@ impl State {
                 self.stop();
                 return Ok(Sent::Return(py.None()));
             }
-            if let Some(event) = self.events.next() {
-                return Ok(Sent::Return(event));
+            let event = self.next_event();
+            if !event.is_null() {
+                // SAFETY: a new reference.
+                return Ok(Sent::Return(unsafe {
+                    Bound::from_owned_ptr(py, event).unbind()
+                }));
             }
             if let Some(err) = self.pending.take() {
                 self.stop();
@@ -272,7 +319,7 @@ impl State {
                 }
             }
             let source = match &self.source {
-                Some(source) if !self.reading_done => source.bind(py).clone(),
+                Some(source) if !self.reading_done => source.bind(py),
                 _ => {
                     // Over: the last chunk's events are out.
                     let at_end = self.at_end.take();
@@ -283,7 +330,7 @@ impl State {
                     return Err(PyStopAsyncIteration::new_err(()));
                 }
             };
-            match anext_iter(py, &source) {
+            match anext_iter(py, source) {
                 Ok(iter) => self.awaiting = Some(iter.unbind()),
                 Err(err) => {
                     self.stop();
@@ -299,20 +346,17 @@ impl State {
             self.stop();
             return Ok(());
         };
-        match feed.call1(py, (chunk,)) {
+        match call_one(py, feed, chunk.bind(py)) {
             Ok(events) => {
-                let events = match events.into_bound(py).cast_into::<PyList>() {
+                let events = match events.cast_into::<PyList>() {
                     Ok(events) => events,
                     Err(err) => {
                         self.stop();
                         return Err(err.into());
                     }
                 };
-                self.events = events
-                    .iter()
-                    .map(Bound::unbind)
-                    .collect::<Vec<_>>()
-                    .into_iter();
+                self.events = Some(events.unbind());
+                self.next = 0;
                 if let Some(finished) = &self.finished {
                     let done = finished.call0(py).and_then(|f| f.is_truthy(py));
                     match done {
@@ -332,14 +376,12 @@ impl State {
                     .bind(py)
                     .getattr(intern!(py, "events"))
                     .and_then(|events| {
-                        events
-                            .try_iter()?
-                            .map(|e| e.map(Bound::unbind))
-                            .collect::<PyResult<Vec<_>>>()
+                        PyList::new(py, events.try_iter()?.collect::<PyResult<Vec<_>>>()?)
                     });
                 match events {
                     Ok(events) => {
-                        self.events = events.into_iter();
+                        self.events = Some(events.unbind());
+                        self.next = 0;
                         self.pending = Some(value);
                         self.reading_done = true;
                         Ok(())
@@ -415,8 +457,9 @@ unsafe extern "C" fn am_send(
     // The hot path: the next event of the chunk in hand, returned with no exception at all.
     let st = state(slf);
     if !st.running && st.awaiting.is_none() && arg == ffi::Py_None() {
-        if let Some(event) = st.events.next() {
-            *result = event.into_ptr();
+        let event = st.next_event();
+        if !event.is_null() {
+            *result = event;
             return ffi::PySendResult::PYGEN_RETURN;
         }
     }
@@ -449,8 +492,8 @@ unsafe extern "C" fn tp_iternext(slf: *mut ffi::PyObject) -> *mut ffi::PyObject 
     // The hot path from 3.12 (SEND calls tp_iternext): a bare StopIteration(event).
     let st = state(slf);
     if !st.running && st.awaiting.is_none() {
-        if let Some(event) = st.events.next() {
-            let event = event.into_ptr();
+        let event = st.next_event();
+        if !event.is_null() {
             set_stop_iteration(event);
             ffi::Py_DecRef(event);
             return ptr::null_mut();
@@ -624,8 +667,8 @@ unsafe extern "C" fn tp_traverse(
             return r;
         }
     }
-    for event in st.events.as_slice() {
-        let r = visit(event.as_ptr(), arg);
+    if let Some(events) = &st.events {
+        let r = visit(events.as_ptr(), arg);
         if r != 0 {
             return r;
         }
@@ -660,7 +703,8 @@ impl State {
             source: None,
             finished: None,
             at_end: None,
-            events: Vec::new().into_iter(),
+            events: None,
+            next: 0,
             pending: None,
             awaiting: None,
             started: false,
