@@ -467,7 +467,9 @@ def test_exchanges_leave_no_reference_cycles(tap):
 class FaultyUpstream:
     """A raw ASGI upstream: ``opening`` at once, then per ``mode``: ``cut`` (the connection is
     dropped), ``stall`` (nothing more for a long time), ``endless`` (``chunk`` as fast as the
-    connection takes it, counting ``sent``), ``malformed`` (bad JSON, then a normal end)."""
+    connection takes it, counting ``sent``), ``malformed`` (bad JSON, then a normal end),
+    ``trickle`` (``chunk`` every 0.15 s, 8 times, then the end; ``trickle_cut``: then the cut), ``burst`` (``chunk`` 512 times at
+    once, then the end). ``silent`` sends nothing at all, not even its headers, for a long time."""
 
     def __init__(self, mode: str, opening: bytes = b"", chunk: bytes = b"") -> None:
         self.mode, self.opening, self.chunk = mode, opening, chunk
@@ -481,6 +483,8 @@ class FaultyUpstream:
         message = await receive()
         self.requests.append({"headers": dict(scope["headers"]), "body": message.get("body", b""),
                               "path": scope["path"], "query": scope["query_string"], "method": scope["method"]})
+        if self.mode == "silent":
+            await asyncio.sleep(30)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"x-upstream", b"yes")]})
         await send({"type": "http.response.body", "body": self.opening, "more_body": True})
@@ -497,6 +501,14 @@ class FaultyUpstream:
                     await send({"type": "http.response.body", "body": self.chunk, "more_body": True})
                     self.sent += len(self.chunk)
                     await asyncio.sleep(0)
+            trickle = self.mode.startswith("trickle")
+            for _ in range(8 if trickle else 512 if self.mode == "burst" else 0):
+                if trickle:
+                    await asyncio.sleep(0.15)
+                await send({"type": "http.response.body", "body": self.chunk, "more_body": True})
+                self.sent += len(self.chunk)
+            if self.mode == "trickle_cut":
+                raise ConnectionAbortedError("cut on purpose")
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watcher.cancel()
@@ -527,6 +539,26 @@ def test_client_gone_closes_upstream_at_once():
     assert accumulator.response.id == "r1"
 
 
+def test_a_client_gone_mid_batch_leaves_nothing_forwarded_untapped():
+    """The client leaves while the tap holds a batch of chunks (after the first output): they are
+    fed before the record is made."""
+    upstream_app = FaultyUpstream("trickle", OPENING, DELTA)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+        received = b""
+        with httpx.Client(timeout=TIMEOUT) as client:
+            with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
+                for chunk in reply.iter_raw():
+                    received += chunk
+                    if len(received) >= len(OPENING) + 4 * len(DELTA):
+                        break
+        (record, accumulator), = records.take(1)
+    deltas, rest = divmod(record.bytes - len(OPENING), len(DELTA))
+    assert record.outcome == "client_gone" and rest == 0 and deltas >= 4
+    assert record.events == 1 + deltas and accumulator.output_text == "x" * deltas
+
+
 def test_upstream_cut_gives_every_byte_and_then_cuts_the_client(caplog):
     upstream_app = FaultyUpstream("cut", OPENING + DELTA)
     records = Records()
@@ -543,6 +575,24 @@ def test_upstream_cut_gives_every_byte_and_then_cuts_the_client(caplog):
     assert accumulator.output_text == "x" and record.ttft is not None
 
 
+def test_what_came_before_a_cut_is_all_tapped():
+    """After the first output the tap is fed in batches; a cut with a batch still held feeds it
+    first: the record and the accumulator account for every chunk forwarded."""
+    upstream_app = FaultyUpstream("trickle_cut", OPENING, DELTA)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+        received = []
+        with httpx.Client(timeout=TIMEOUT) as client, pytest.raises(httpx.RemoteProtocolError):
+            with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
+                for chunk in reply.iter_raw():
+                    received.append(chunk)
+        (record, accumulator), = records.take(1)
+    assert b"".join(received) == OPENING + DELTA * 8
+    assert record.outcome == "upstream_cut" and record.events == 9 and record.chunks >= 8
+    assert accumulator.output_text == "x" * 8
+
+
 def test_upstream_stall_past_the_read_timeout_is_a_cut():
     upstream_app = FaultyUpstream("stall", OPENING + DELTA)
     records = Records()
@@ -557,6 +607,61 @@ def test_upstream_stall_past_the_read_timeout_is_a_cut():
         assert upstream_app.disconnected.wait(TIMEOUT)
     assert b"".join(received) == OPENING + DELTA
     assert record.outcome == "upstream_cut" and "0.5 s" in record.error
+
+
+def test_a_stream_that_keeps_coming_within_the_read_timeout_is_not_cut():
+    """The read timeout is upstream's silence, not the stream's length: a chunk every 0.15 s for
+    1.2 s under a 0.5 s read timeout goes through whole."""
+    upstream_app = FaultyUpstream("trickle", OPENING, DELTA)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.5)) as gateway:
+        with httpx.Client(timeout=TIMEOUT) as client:
+            reply = client.post(gateway.url + "/v1/responses", json={"stream": True})
+        (record, _), = records.take(1)
+    assert reply.content == OPENING + DELTA * 8
+    assert record.outcome == "complete" and record.events == 9 and record.duration > 1.0
+
+
+def test_a_client_that_stops_reading_past_the_read_timeout_is_not_cut():
+    """Waiting on the client (its backpressure) is not upstream's silence: a client that reads
+    nothing for twice the read timeout while the gateway holds upstream's reply still gets all
+    of it."""
+    chunk = DELTA * 600  # ~64 KB
+    upstream_app = FaultyUpstream("burst", OPENING, chunk)
+    records = Records()
+    with BackgroundServer(upstream_app) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.4)) as gateway:
+        client = socket.create_connection(("127.0.0.1", gateway.port))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        client.sendall(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 16\r\n\r\n{\"stream\": true}")
+        received = bytearray(client.recv(65536))
+        time.sleep(1.0)  # the gateway is held in send() meanwhile: 38 MB do not fit the sockets' buffers
+        assert upstream_app.sent < len(OPENING) + 512 * len(chunk)  # upstream is held back too
+        client.settimeout(TIMEOUT)
+        while not received.endswith(b"0\r\n\r\n"):
+            more = client.recv(1 << 20)
+            assert more, "the gateway cut the reply"
+            received += more
+        client.close()
+        (record, _), = records.take(1)
+    assert record.outcome == "complete", record.error
+    assert record.bytes == len(OPENING) + 512 * len(chunk) and record.events == 1 + 512 * 600
+
+
+def test_an_upstream_that_sends_no_reply_within_the_read_timeout_is_a_502():
+    """No headers from upstream for ``read_timeout`` seconds: a 502 in the protocol's shape."""
+    records = Records()
+    with BackgroundServer(FaultyUpstream("silent")) as upstream, \
+            BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.5)) as gateway:
+        with httpx.Client(timeout=TIMEOUT) as client:
+            started = time.monotonic()
+            reply = client.post(gateway.url + "/v1/messages", json={"stream": True})
+            waited = time.monotonic() - started
+        (record, _), = records.take(1)
+    assert reply.status_code == 502 and reply.json()["error"]["type"] == "api_error"
+    assert record.outcome == "upstream_error" and record.status == 502 and "0.5 s" in record.error
+    assert 0.5 <= waited < 5
 
 
 def free_port_url() -> str:
