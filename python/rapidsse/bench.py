@@ -783,7 +783,7 @@ def _async_contenders(protocol: Protocol) -> list[Contender]:
     # The source alone, no decoding: what the async generator costs over the list it yields
     # from is part of every async row's ratio (docs/benchmarks.md). Timed per event of the stream.
     bare_list = "chunks alone, for chunk in list, drained bare"
-    prepare = functools.partial(_with_event_count, protocol)
+    prepare = functools.partial(_chunks_with_event_count, protocol)
     rows += [
         Contender(bare_list, _drained_bare, prepare=prepare, baseline="rapidsse rust, for event in iter_events(list)"),
         Contender("chunks alone, async for chunk in async generator, drained bare", _adrained_bare, prepare=prepare,
@@ -792,7 +792,7 @@ def _async_contenders(protocol: Protocol) -> list[Contender]:
     return rows
 
 
-def _with_event_count(protocol: Protocol, chunks: list[bytes]) -> tuple[list[bytes], int]:
+def _chunks_with_event_count(protocol: Protocol, chunks: list[bytes]) -> tuple[list[bytes], int]:
     """The chunks and the number of events they hold (decoded once, outside the timed region), which
     the bare drains report so that their time per event compares with the decoding rows'."""
     return chunks, _count(decoding.iter_events(chunks, protocol=protocol))
