@@ -561,9 +561,16 @@ impl ChatAccumulator {
             set_finish_reason(ours, value_of(reason));
         }
         if let Some(raw) = logprobs.filter(|raw| raw.first() == b'{') {
-            // Its lists are appended: not the same when done again.
-            learn.ok = false;
-            merge_logprobs(ours, value_of(raw));
+            let value = value_of(raw);
+            // Its lists are appended: not the same when done again, unless the choice holds a
+            // logprobs object already and this one's lists are all null or empty (Snowflake's
+            // `{"content":null,"refusal":null}` at every chunk), which changes nothing.
+            if !(matches!(ours.get("logprobs"), Some(Value::Object(_)))
+                && logprobs_add_nothing(&value))
+            {
+                learn.ok = false;
+            }
+            merge_logprobs(ours, value);
         }
         Some(())
     }
@@ -661,6 +668,17 @@ fn set_finish_reason(choice: &mut Map<String, Value>, reason: Value) {
     if !reason.is_null() && reason.as_str() != Some("") {
         choice.insert("finish_reason".to_owned(), reason);
     }
+}
+
+/// Whether [`merge_logprobs`] leaves a choice that holds a logprobs object as it was: the
+/// chunk's `content` and `refusal` are each missing, not a list, or an empty list.
+fn logprobs_add_nothing(logprobs: &Value) -> bool {
+    ["content", "refusal"]
+        .iter()
+        .all(|key| match logprobs.get(key) {
+            Some(Value::Array(list)) => list.is_empty(),
+            _ => true,
+        })
 }
 
 /// A known choice's `logprobs` (an object: else ignored): taken whole when the choice has none,
@@ -1457,6 +1475,46 @@ mod tests {
                 let mut mutated_lines = lines.clone();
                 mutated_lines[at] = &mutated;
                 agree_every(&mutated_lines, Some(7), 4);
+            }
+        }
+    }
+
+    /// Snowflake's chunks carry `logprobs: {"content":null,"refusal":null}` at every chunk: once
+    /// the choice holds a logprobs object such a chunk changes nothing there, so a run of them is
+    /// read by the template; one with a list in it still is not (its lists are appended).
+    #[test]
+    fn null_logprobs_objects_are_templated_once_held() {
+        let lines = bytes(&[
+            r#"{"choices":[{"delta":{"content":"","role":"assistant"},"index":0,"logprobs":{"content":null,"refusal":null}}],"id":"","model":"m","object":"chat.completion.chunk"}"#,
+            r#"{"choices":[{"delta":{"content":"a","role":"assistant"},"index":0,"logprobs":{"content":null,"refusal":null}}],"id":"","model":"m","object":"chat.completion.chunk"}"#,
+            r#"{"choices":[{"delta":{"content":"b","role":"assistant"},"index":0,"logprobs":{"content":null,"refusal":null}}],"id":"","model":"m","object":"chat.completion.chunk"}"#,
+            r#"{"choices":[{"delta":{"content":"c","role":"assistant"},"index":0,"logprobs":{"content":[],"refusal":null}}],"id":"","model":"m","object":"chat.completion.chunk"}"#,
+            r#"{"choices":[{"delta":{"content":"d","role":"assistant"},"index":0,"logprobs":{"content":[{"token":"d","logprob":-1.0}],"refusal":null}}],"id":"","model":"m","object":"chat.completion.chunk"}"#,
+            r#"{"choices":[{"delta":{"content":"e","role":"assistant"},"index":0,"logprobs":{"content":[{"token":"e","logprob":-2.0}],"refusal":null}}],"id":"","model":"m","object":"chat.completion.chunk"}"#,
+            r#"{"choices":[{"delta":{"content":"f","role":"assistant"},"index":0,"logprobs":{"content":null,"refusal":null}}],"id":"","model":"m","object":"chat.completion.chunk"}"#,
+        ]);
+        let mut acc = ChatAccumulator::new();
+        for line in &lines[..2] {
+            acc.add_json(line).unwrap();
+        }
+        assert!(
+            acc.read_shape(lines[2]).is_some(),
+            "null logprobs, held: templated"
+        );
+        for line in &lines[2..5] {
+            acc.add_json(line).unwrap();
+        }
+        assert!(
+            acc.read_shape(lines[5]).is_none(),
+            "a logprobs list is never templated"
+        );
+        let templated = agree(&lines, None);
+        assert!(templated >= 1, "{templated} chunks read by the template");
+        for at in 0..lines.len() {
+            for mutated in mutations(lines[at]) {
+                let mut mutated_lines = lines.clone();
+                mutated_lines[at] = &mutated;
+                agree_every(&mutated_lines, None, 3);
             }
         }
     }
