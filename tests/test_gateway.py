@@ -559,18 +559,25 @@ def test_a_client_gone_mid_batch_leaves_nothing_forwarded_untapped():
     assert record.events == 1 + deltas and accumulator.output_text == "x" * deltas
 
 
+def _received_until_cut(gateway_url: str) -> bytes:
+    """What a client streaming a Responses request through the gateway receives before the
+    gateway cuts its connection (which it must: httpx sees the reply end early)."""
+    received = []
+    with httpx.Client(timeout=TIMEOUT) as client, pytest.raises(httpx.RemoteProtocolError):
+        with client.stream("POST", gateway_url + "/v1/responses", json={"stream": True}) as reply:
+            for chunk in reply.iter_raw():
+                received.append(chunk)
+    return b"".join(received)
+
+
 def test_upstream_cut_gives_every_byte_and_then_cuts_the_client(caplog):
     upstream_app = FaultyUpstream("cut", OPENING + DELTA)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
             BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
-        received = []
-        with httpx.Client(timeout=TIMEOUT) as client, pytest.raises(httpx.RemoteProtocolError):
-            with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
-                for chunk in reply.iter_raw():
-                    received.append(chunk)
+        received = _received_until_cut(gateway.url)
         (record, accumulator), = records.take(1)
-    assert b"".join(received) == OPENING + DELTA  # everything sent, nothing invented
+    assert received == OPENING + DELTA  # everything sent, nothing invented
     assert record.outcome == "upstream_cut" and record.bytes == len(OPENING + DELTA) and record.events == 2
     assert accumulator.output_text == "x" and record.ttft is not None
 
@@ -582,13 +589,9 @@ def test_what_came_before_a_cut_is_all_tapped():
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
             BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
-        received = []
-        with httpx.Client(timeout=TIMEOUT) as client, pytest.raises(httpx.RemoteProtocolError):
-            with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
-                for chunk in reply.iter_raw():
-                    received.append(chunk)
+        received = _received_until_cut(gateway.url)
         (record, accumulator), = records.take(1)
-    assert b"".join(received) == OPENING + DELTA * 8
+    assert received == OPENING + DELTA * 8
     assert record.outcome == "upstream_cut" and record.events == 9 and record.chunks >= 8
     assert accumulator.output_text == "x" * 8
 
@@ -598,14 +601,10 @@ def test_upstream_stall_past_the_read_timeout_is_a_cut():
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
             BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.5)) as gateway:
-        received = []
-        with httpx.Client(timeout=TIMEOUT) as client, pytest.raises(httpx.RemoteProtocolError):
-            with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
-                for chunk in reply.iter_raw():
-                    received.append(chunk)
+        received = _received_until_cut(gateway.url)
         (record, _), = records.take(1)
         assert upstream_app.disconnected.wait(TIMEOUT)
-    assert b"".join(received) == OPENING + DELTA
+    assert received == OPENING + DELTA
     assert record.outcome == "upstream_cut" and "0.5 s" in record.error
 
 
