@@ -654,3 +654,46 @@ def test_native_encode_writes_changes_and_declines_what_it_cannot_write(monkeypa
     big = rapidsse.EventDecoder("chat").feed(b'data: {"id":"c","x":123456789012345678901234567890}\n\n')[0]
     assert native.wire_encode(big) is None  # an integer beyond 64 bits: the Python writer's
     assert msgspec.json.decode(rapidsse.encode(big)) == {"id": "c", "x": 123456789012345678901234567890}
+
+
+@pytest.mark.parametrize(
+    "cls, protocol, floor",
+    [(rapidsse.ChatAccumulator, "chat", 1.0), (rapidsse.GeminiAccumulator, "gemini", 0.7)],
+)
+def test_snapshots_built_natively_are_msgspec_and_the_wire_pass(cls, protocol, floor):
+    """``.completion`` / ``.response`` of an accumulator whose snapshot the builder makes
+    (``NativeSchema.build``) is what msgspec and the Python wire pass make of the same snapshot
+    JSON, at every depth (``_wire`` included), and encodes alike; where the builder declines, the
+    accumulator still gives msgspec's. At least ``floor`` of the recordings are built natively."""
+    from rapidsse.accumulate import _snapshot_builder
+
+    build = _snapshot_builder(cls._snapshot_type)
+    assert build is not None
+    built = total = 0
+    for path in corpus_files(protocol):
+        for chunks in (chunked(path.read_bytes(), 512), [path.read_bytes()]):
+            acc = cls(on_error="skip")
+            for chunk in chunks:
+                acc.feed(chunk)
+            raw = acc._core.snapshot_json()
+            theirs = _wire.compute(decode_lenient(raw, cls._snapshot_type), raw)
+            ours = acc._snapshot()
+            deep_same(ours, theirs)
+            assert rapidsse.encode(ours) == rapidsse.encode(theirs)
+            total += 1
+            built += build(raw) is not None
+    assert total and built >= floor * total, (built, total)
+
+
+def test_a_declined_snapshot_goes_to_msgspec(monkeypatch):
+    """A snapshot the builder declines (here: all of them) is decoded by msgspec as before."""
+    from rapidsse import accumulate
+
+    path = corpus_files("chat")[0]
+    ours = rapidsse.ChatAccumulator()
+    ours.feed(path.read_bytes())
+    monkeypatch.setitem(accumulate._BUILDERS, chat.ChatCompletion, lambda raw: None)
+    declined = rapidsse.ChatAccumulator()
+    declined.feed(path.read_bytes())
+    assert declined._build is not None and declined._build(b"{}") is None
+    deep_same(declined.completion, ours.completion)

@@ -113,6 +113,26 @@ def _core_class(name: str) -> Any:
     return getattr(pure, name)
 
 
+_BUILDERS: dict[Any, Any] = {}
+
+
+def _snapshot_builder(snapshot_type: Any) -> Union[Callable[[bytes], Any], None]:
+    """What builds ``snapshot_type`` from a Rust core's snapshot JSON in one native pass (``build``
+    of its ``NativeSchema``, ``rust/src/bindings/native.rs``: the Structs and their ``_wire``, as
+    for typed events), returning None where it declines; None on the pure backend or with
+    ``RAPIDSSE_NATIVE_STRUCTS=0``. Made once per type."""
+    if snapshot_type in _BUILDERS:
+        return _BUILDERS[snapshot_type]
+    from . import _native, _wire
+
+    native = _backend_core()
+    build = None
+    if native is not None and _native.ENABLED and _wire.NATIVE_WIRE:
+        build = _native.native_schema(native, snapshot_type).build
+    _BUILDERS[snapshot_type] = build
+    return build
+
+
 class _Accumulator(Generic[T]):
     """What the three accumulators share.
 
@@ -122,9 +142,13 @@ class _Accumulator(Generic[T]):
     appended and raises :class:`EventTooLarge` (whatever ``on_error`` says)."""
 
     __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at", "add", "_max_event_size",
-                 "__weakref__")
+                 "_build", "__weakref__")
     _core_name = ""
     _snapshot_type: Any = None
+    #: Whether the Rust backend builds the snapshot's Structs itself from its JSON (the native
+    #: builder, as typed events are built: ``_wire`` set in the same pass), msgspec and the wire
+    #: pass taking only what it declines; see :func:`_snapshot_builder`.
+    _native_snapshot = False
 
     def __init__(self, *, on_error: OnError = "raise", max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE) -> None:
         if on_error not in ("raise", "skip", "keep"):
@@ -136,6 +160,7 @@ class _Accumulator(Generic[T]):
         """Payloads that could not be read at all (not JSON, not an object), with ``on_error="keep"``."""
         self._cached: Any = None
         self._cached_at = -1
+        self._build = _snapshot_builder(type(self)._snapshot_type) if self._native_snapshot else None
         self.add: Callable[[Any], None] = self._core.direct_methods()[1]
         """Adds a typed event (from :func:`rapidsse.iter_events` / :func:`rapidsse.decode_realtime`).
 
@@ -195,7 +220,10 @@ class _Accumulator(Generic[T]):
                     self._cached_at = events
                     return snapshot
             raw = self._core.snapshot_json()
-            if raw is None:
+            built = None if raw is None or self._build is None else self._build(raw)
+            if built is not None:
+                self._cached = built
+            elif raw is None:
                 self._cached = None
             else:
                 try:
@@ -291,6 +319,7 @@ class ChatAccumulator(_SSEAccumulator[chat.ChatCompletion]):
     __slots__ = ()
     _core_name = "ChatCore"
     _snapshot_type = chat.ChatCompletion
+    _native_snapshot = True
 
     @property
     def completion(self) -> Union[chat.ChatCompletion, None]:
@@ -316,6 +345,7 @@ class GeminiAccumulator(_SSEAccumulator[gemini.GenerateContentResponse]):
     __slots__ = ()
     _core_name = "GeminiCore"
     _snapshot_type = gemini.GenerateContentResponse
+    _native_snapshot = True
 
     @property
     def response(self) -> Union[gemini.GenerateContentResponse, None]:
@@ -338,6 +368,7 @@ class CompletionsAccumulator(_SSEAccumulator[completions.Completion]):
     __slots__ = ()
     _core_name = "CompletionsCore"
     _snapshot_type = completions.Completion
+    _native_snapshot = True
 
     @property
     def completion(self) -> Union[completions.Completion, None]:

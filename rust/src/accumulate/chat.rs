@@ -414,7 +414,7 @@ impl ChatAccumulator {
         for (key, raw) in REPLACED.into_iter().zip(top) {
             // A string stays in the shape (see `Replaced::keep_all`): set again by each chunk.
             if let Some(raw) = raw.filter(|raw| raw.first() == b'"') {
-                noted_set(&mut learn, format_args!("top/{key}"), raw);
+                noted_set(&mut learn, What::Top(key), raw);
             }
         }
         self.replaced
@@ -423,7 +423,7 @@ impl ChatAccumulator {
             if raw.is_null() {
                 continue;
             }
-            noted_set(&mut learn, format_args!("top/{key}"), raw);
+            noted_set(&mut learn, What::Top(key), raw);
             // A vendor member of the shape replaces itself with the same value at every hit.
             let value = value_of(raw);
             match completion.get_mut(key) {
@@ -473,7 +473,7 @@ impl ChatAccumulator {
                 .any(|action| matches!(action, Action::Replace(k) if *k == key));
             note_entry(
                 &mut sets,
-                format_args!("top/{key}"),
+                What::Top(key),
                 if by_hole { HOLE } else { raw.json() },
             );
         }
@@ -556,7 +556,7 @@ impl ChatAccumulator {
         }
         if let Some(reason) = finish_reason {
             if !reason.is_null() && reason.json() != "\"\"" {
-                noted_set(learn, format_args!("{at}/finish_reason"), reason);
+                noted_set(learn, What::Choice(at, "finish_reason"), reason);
             }
             set_finish_reason(ours, value_of(reason));
         }
@@ -884,7 +884,7 @@ fn fast_delta<'a>(
             b'"' => {
                 merge_string(message, key, value.string()?, cap, true);
                 if REPLACED_KEYS.contains(&key) {
-                    noted_set(learn, format_args!("{choice}/{key}"), value);
+                    noted_set(learn, What::Choice(choice, key), value);
                 } else {
                     let path = Vec::new();
                     let key = key.to_owned();
@@ -932,7 +932,7 @@ fn fast_entry<'a>(
         Some(_) if REPLACED_KEYS.contains(&key) => {
             // A value of the shape: set again when done again.
             if !delta.is_null() {
-                noted_set(learn, format_args!("{choice}/{path:?}/{key}"), delta);
+                noted_set(learn, What::Under(choice, path, key), delta);
                 acc.insert(key.to_owned(), value_of(delta));
             }
             return;
@@ -1037,23 +1037,60 @@ fn fast_list<'a>(
     });
 }
 
+/// What a chunk set, as a [`Shape`]'s sets name it: a top-level field (`top/{key}`), a field of
+/// the choice at a position (`{choice}/{key}`), or one under a path in its message
+/// (`{choice}/{path:?}/{key}`).
+#[derive(Clone, Copy)]
+enum What<'k> {
+    Top(&'k str),
+    Choice(usize, &'k str),
+    Under(usize, &'k [Step], &'k str),
+}
+
+impl What<'_> {
+    /// Appends the name (pushed piece by piece: the formatting machinery was a tenth of a
+    /// short stream's feed, paid at each chunk learned).
+    fn write(self, out: &mut String) {
+        match self {
+            What::Top(key) => {
+                out.push_str("top/");
+                out.push_str(key);
+            }
+            What::Choice(choice, key) => {
+                out.push_str(itoa::Buffer::new().format(choice));
+                out.push('/');
+                out.push_str(key);
+            }
+            What::Under(choice, path, key) => {
+                use std::fmt::Write;
+                let _ = write!(out, "{choice}/{path:?}/{key}");
+            }
+        }
+    }
+}
+
 /// Notes in `learn.sets` that the chunk set `what` to `value` (see [`fast::Learn`]).
-fn noted_set(learn: &mut Learn<'_>, what: std::fmt::Arguments<'_>, value: Raw<'_>) {
+fn noted_set(learn: &mut Learn<'_>, what: What<'_>, value: Raw<'_>) {
     note_entry(&mut learn.sets, what, value.json());
 }
 
 /// One entry of a [`Shape`]'s sets: `what`, `\u{1}`, the value's JSON (or [`HOLE`]), `\u{0}`.
 /// Neither byte is in a JSON text the tap reads (it leaves control bytes to serde), nor in a
 /// `what` (made of such keys, choice positions and `Debug` paths, which escape them).
-fn note_entry(sets: &mut String, what: std::fmt::Arguments<'_>, value: &str) {
-    use std::fmt::Write;
-    let _ = write!(sets, "{what}\u{1}{value}\u{0}");
+fn note_entry(sets: &mut String, what: What<'_>, value: &str) {
+    what.write(sets);
+    sets.push('\u{1}');
+    sets.push_str(value);
+    sets.push('\u{0}');
 }
 
 /// Whether two shapes' sets agree: what both set, they set to the same value. Then a chunk of
 /// either leaves what the other set as it found it (a text hole never appends to what a shape
 /// sets: those are `index`, `type`, `role`, `id`, a `finish_reason`, top-level fields).
 fn agree(ours: &str, theirs: &str) -> bool {
+    if ours.is_empty() || theirs.is_empty() {
+        return true;
+    }
     fn what(entry: &str) -> &str {
         entry.split('\u{1}').next().unwrap_or_default()
     }
@@ -1305,6 +1342,27 @@ fn list_target(acc: &[Value], index: Option<u64>, id: Option<&Value>) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_named_as_formatted() {
+        let path = [Step::Key("tool_calls".to_owned()), Step::Pos(3)];
+        for (what, formatted) in [
+            (What::Top("usage"), "top/usage".to_owned()),
+            (What::Choice(0, "finish_reason"), "0/finish_reason".to_owned()),
+            (What::Choice(12345, "role"), "12345/role".to_owned()),
+            (What::Under(7, &path, "id"), format!("7/{path:?}/id")),
+        ] {
+            let mut out = String::from("x\u{0}");
+            what.write(&mut out);
+            assert_eq!(out, format!("x\u{0}{formatted}"));
+        }
+        let mut sets = String::new();
+        note_entry(&mut sets, What::Choice(1, "role"), "\"assistant\"");
+        assert_eq!(sets, "1/role\u{1}\"assistant\"\u{0}");
+        assert!(super::agree("", &sets) && super::agree(&sets, "") && super::agree(&sets, &sets));
+        assert!(!super::agree(&sets, "1/role\u{1}\"user\"\u{0}"));
+        assert!(super::agree(&sets, "2/role\u{1}\"user\"\u{0}"));
+    }
     use crate::accumulate::{corpus_lines, mutations, xorshift};
 
     /// Feeds `lines` through the fast path and through the general one alone: the same results

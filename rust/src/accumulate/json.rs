@@ -23,6 +23,84 @@ pub(crate) fn write_value(out: &mut Vec<u8>, value: &Value) {
     }
 }
 
+/// The keys of one object [`written_as_is`] compares a new key with (beyond: false).
+const AS_IS_KEYS: usize = 32;
+
+/// Whether `json`, one valid JSON value, is byte for byte what [`write_value`] writes of the value
+/// serde_json parses it to, so that it can be copied instead of parsed and written again. A
+/// sufficient test, not an exact one: true only for JSON with no whitespace between tokens, no
+/// escape in a string, no number but an unsigned integer of at most 18 digits with no leading
+/// zero, and no object with a repeated key (serde's map keeps one) or more than [`AS_IS_KEYS`]
+/// keys. What `usage` objects are, as most servers send them.
+pub(crate) fn written_as_is(json: &[u8]) -> bool {
+    // Per open container: is it an object, and where its keys start in `keys`.
+    let mut open: Vec<(bool, usize)> = Vec::new();
+    let mut keys: Vec<&[u8]> = Vec::new();
+    // The next string of the innermost object is a key.
+    let mut key_next = false;
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                let start = i + 1;
+                let Some(len) = json[start..].iter().position(|&b| b == b'"' || b == b'\\') else {
+                    return false;
+                };
+                if json[start + len] == b'\\' {
+                    return false;
+                }
+                if key_next {
+                    let Some(&(_, first)) = open.last() else {
+                        return false;
+                    };
+                    let key = &json[start..start + len];
+                    if keys.len() - first == AS_IS_KEYS || keys[first..].contains(&key) {
+                        return false;
+                    }
+                    keys.push(key);
+                    key_next = false;
+                }
+                i = start + len + 1;
+                continue;
+            }
+            b'{' => {
+                open.push((true, keys.len()));
+                key_next = true;
+            }
+            b'[' => open.push((false, keys.len())),
+            b'}' | b']' => {
+                let Some((_, first)) = open.pop() else {
+                    return false;
+                };
+                keys.truncate(first);
+                key_next = false;
+            }
+            b',' => key_next = matches!(open.last(), Some((true, _))),
+            b':' => key_next = false,
+            b'0'..=b'9' => {
+                let len = json[i..]
+                    .iter()
+                    .position(|b| !b.is_ascii_alphanumeric() && !matches!(b, b'.' | b'+' | b'-'))
+                    .unwrap_or(json.len() - i);
+                let number = &json[i..i + len];
+                if len > 18
+                    || !number.iter().all(u8::is_ascii_digit)
+                    || (len > 1 && number[0] == b'0')
+                {
+                    return false;
+                }
+                i += len;
+                continue;
+            }
+            b't' | b'r' | b'u' | b'e' | b'f' | b'a' | b'l' | b's' | b'n' => {}
+            // Whitespace, a minus sign, anything else.
+            _ => return false,
+        }
+        i += 1;
+    }
+    open.is_empty()
+}
+
 /// Appends a JSON array of `items`.
 pub(crate) fn write_array<'v, I>(out: &mut Vec<u8>, items: I)
 where
@@ -357,5 +435,62 @@ mod tests {
             splice.texts,
             vec![(vec![Step::Key("text"), Step::Key("text")], "abc")]
         );
+    }
+
+    #[test]
+    fn what_is_written_as_is_is_what_serde_writes() {
+        let as_is = |json: &str| written_as_is(json.as_bytes());
+        assert!(as_is(
+            r#"{"prompt_tokens":364,"completion_tokens":40,"details":{"cached_tokens":0},"a":[1,true,null,"x"]}"#
+        ));
+        assert!(as_is(r#"{"a":{"b":1},"c":{"b":2}}"#)); // the same key in two objects
+        assert!(as_is(r#"[{"a":1},{"a":2}]"#));
+        assert!(as_is("\"caf\u{e9}\"")); // UTF-8 is written as it is
+        for not in [
+            r#"{"a": 1}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":{"b":1},"a":2}"#,
+            r#"{"a":1.0}"#,
+            r#"{"a":-1}"#,
+            r#"{"a":1e3}"#,
+            r#"{"a":01}"#,
+            r#"{"a":1234567890123456789}"#,
+            r#"{"a":"\/"}"#,
+            r#"{"a":"\u0041"}"#,
+            r#"{"a":"\n"}"#,
+            "{\"a\":1}\n",
+        ] {
+            assert!(!as_is(not), "{not}");
+        }
+        // Against serde on the corpus: each line, and each of its one-byte changes that stays
+        // JSON, written as is only where serde writes the very bytes.
+        let (mut lines, mut kept) = (0, 0);
+        let mut check = |json: &str| {
+            let Ok(value) = serde_json::from_str::<Value>(json) else {
+                return;
+            };
+            if as_is(json) {
+                let mut out = Vec::new();
+                write_value(&mut out, &value);
+                assert_eq!(String::from_utf8(out).unwrap(), json);
+                kept += 1;
+            }
+        };
+        for corpus in crate::accumulate::corpus_lines("") {
+            for json in &corpus {
+                check(json);
+                lines += 1;
+                if lines % 25 == 0 {
+                    for (at, _) in json.char_indices().filter(|(_, c)| c.is_ascii()).take(200) {
+                        for b in ["1", "-", "0", " ", "\\", "\"", ".", "e", ",", "{", "}"] {
+                            let mut mutated = json.clone();
+                            mutated.replace_range(at..at + 1, b);
+                            check(&mutated);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(lines > 1000 && kept > 500, "{lines} {kept}");
     }
 }

@@ -746,6 +746,12 @@ impl Replaced {
     /// Writes `top[key]` (the kept value if there is one).
     pub fn write(&self, out: &mut Vec<u8>, key: &str, value: &Value) {
         let kept = self.kept.iter().find(|(k, _)| *k == key);
+        if let Some((_, json)) = kept {
+            if json::written_as_is(json.as_bytes()) {
+                out.extend_from_slice(json.as_bytes());
+                return;
+            }
+        }
         match kept.and_then(|(_, json)| serde_json::from_str::<Value>(json).ok()) {
             Some(kept) => json::write_value(out, &kept),
             None => json::write_value(out, value),
@@ -842,10 +848,13 @@ pub(crate) fn openai_top_level(
     dropped: &[&str],
     nulls: &[&str],
 ) -> Map<String, Value> {
-    let mut top: Map<String, Value> = serde_json::from_slice(payload).unwrap_or_default();
-    for key in dropped {
-        top.shift_remove(*key);
-    }
+    let mut top = openai_members(payload, dropped).unwrap_or_else(|| {
+        let mut top: Map<String, Value> = serde_json::from_slice(payload).unwrap_or_default();
+        for key in dropped {
+            top.shift_remove(*key);
+        }
+        top
+    });
     top.insert("choices".to_owned(), Value::Null);
     top.insert("object".to_owned(), Value::String(object.to_owned()));
     for (key, default) in [
@@ -859,6 +868,29 @@ pub(crate) fn openai_top_level(
         top.entry(*key).or_insert(Value::Null);
     }
     top
+}
+
+/// The members of `payload` but `dropped` as serde builds them, `choices` as null, read by
+/// [`fast::entries`] so that the first chunk's `choices` (read again by the caller) is checked
+/// but not built only to be thrown away; `None` where serde must decide, or a value (a dropped
+/// one too) would not build, which makes serde's whole parse fail.
+fn openai_members(payload: &[u8], dropped: &[&str]) -> Option<Map<String, Value>> {
+    let mut top = Map::new();
+    fast::entries(payload, |key, raw| {
+        if key == "choices" || dropped.contains(&key) {
+            if !raw.buildable() {
+                return None;
+            }
+            if key == "choices" {
+                top.insert(key.to_owned(), Value::Null);
+            }
+        } else {
+            // A repeated key keeps its first place and takes the last value, as serde's map.
+            top.insert(key.to_owned(), raw.build()?);
+        }
+        Some(())
+    })?;
+    Some(top)
 }
 
 /// The objects of `raw` (a chunk's `choices`, `candidates`) as serde builds them; none when it
@@ -990,6 +1022,68 @@ pub(crate) fn mutations(payload: &[u8]) -> Vec<Vec<u8>> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod top_level_tests {
+    use super::*;
+
+    /// What `openai_top_level` built before it read members with the tap's reader: serde's
+    /// whole parse, the dropped keys removed.
+    fn by_serde(payload: &[u8], dropped: &[&str]) -> Map<String, Value> {
+        let mut top: Map<String, Value> = serde_json::from_slice(payload).unwrap_or_default();
+        for key in dropped {
+            top.shift_remove(*key);
+        }
+        top.insert("choices".to_owned(), Value::Null);
+        top
+    }
+
+    #[test]
+    fn the_first_chunks_top_level_is_what_serde_builds() {
+        let (mut read, mut payloads) = (0, 0);
+        for lines in corpus_lines("chat") {
+            for line in lines.iter().filter(|l| l.starts_with('{')).take(2) {
+                for payload in
+                    std::iter::once(line.as_bytes().to_vec()).chain(mutations(line.as_bytes()))
+                {
+                    let dropped = &["obfuscation"];
+                    let ours = openai_top_level(
+                        &payload,
+                        "chat.completion",
+                        dropped,
+                        &["system_fingerprint"],
+                    );
+                    let mut theirs = by_serde(&payload, dropped);
+                    theirs.insert(
+                        "object".to_owned(),
+                        Value::String("chat.completion".to_owned()),
+                    );
+                    for (key, default) in [
+                        ("id", Value::String(String::new())),
+                        ("created", Value::from(0)),
+                        ("model", Value::String(String::new())),
+                        ("system_fingerprint", Value::Null),
+                    ] {
+                        theirs.entry(key).or_insert(default);
+                    }
+                    assert_eq!(
+                        serde_json::to_string(&ours).unwrap(),
+                        serde_json::to_string(&theirs).unwrap(),
+                        "{}",
+                        String::from_utf8_lossy(&payload)
+                    );
+                    payloads += 1;
+                    read += usize::from(openai_members(&payload, dropped).is_some());
+                }
+            }
+        }
+        // Most variants are still read by the reader (the rest are left to serde).
+        assert!(
+            payloads > 10_000 && read * 3 > payloads,
+            "{read} of {payloads}"
+        );
+    }
 }
 
 /// Where the entry whose `index` is `index` is in `entries` (a choice, a candidate): looked up

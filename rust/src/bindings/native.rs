@@ -1707,6 +1707,18 @@ impl NativeSchema {
             .collect()
     }
 
+    /// The object of one payload (a JSON object), built member by member with no shape learned;
+    /// None where the builder declines (the caller then decodes it with msgspec and the Python
+    /// wire pass). What an accumulator's snapshot is built with: one object, read once.
+    fn build<'py>(&self, py: Python<'py>, payload: &[u8]) -> Option<Bound<'py, PyAny>> {
+        let mut work = self.schema.state().work;
+        let (obj, _) = self
+            .schema
+            .decode_member_by_member(py, &mut work, payload)?;
+        // SAFETY: `obj` is an owned reference to a complete object.
+        Some(unsafe { Bound::from_owned_ptr(py, obj.into_raw()) })
+    }
+
     /// Decodes each payload, with one state for them all, as a decoder has for its stream;
     /// None where the builder declines. For the tests.
     fn decode_each<'py>(
