@@ -1348,7 +1348,10 @@ mod tests {
         let path = [Step::Key("tool_calls".to_owned()), Step::Pos(3)];
         for (what, formatted) in [
             (What::Top("usage"), "top/usage".to_owned()),
-            (What::Choice(0, "finish_reason"), "0/finish_reason".to_owned()),
+            (
+                What::Choice(0, "finish_reason"),
+                "0/finish_reason".to_owned(),
+            ),
             (What::Choice(12345, "role"), "12345/role".to_owned()),
             (What::Under(7, &path, "id"), format!("7/{path:?}/id")),
         ] {
