@@ -38,7 +38,7 @@ import pytest
 from rapidsse import measure as m
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_serving import PROTOCOL, Server, _cores  # noqa: E402  (the synthetic server, pinned)
+from test_serving import PROTOCOL, TOKENS, Server, _cores  # noqa: E402  (the synthetic server, pinned)
 
 CONCURRENCIES = (16, 64, 256, 512)
 STREAMS = 160  # at least this many streams per point: the CPU clock ticks at 10 ms
@@ -81,7 +81,7 @@ class Gateway:
         deadline = time.monotonic() + 120
         while True:  # until it streams a reply
             try:
-                run = asyncio.run(m.measure(self.url, _bodies(), protocol=PROTOCOL, num_prompts=1, timeout=10,
+                run = asyncio.run(m.measure(self.url, _bodies(), protocol=PROTOCOL, num_prompts=1, timeout=60,
                                                headers=HEADERS))
                 if run.results[0].ok:
                     break
@@ -112,11 +112,11 @@ def _bodies() -> list[dict[str, Any]]:
     return [m.request_body(PROTOCOL, "Tell me a story.", model=MODEL)]
 
 
-def run_point(url: str, concurrency: int, gateway: Gateway | None) -> dict[str, Any]:
-    """``2 x concurrency`` streams (at least ``STREAMS``), ``concurrency`` at a time; the gateway's CPU
+def run_point(url: str, concurrency: int, gateway: Gateway | None, streams: int = STREAMS) -> dict[str, Any]:
+    """``2 x concurrency`` streams (at least ``streams``), ``concurrency`` at a time; the gateway's CPU
     time over it."""
     before = gateway.cpu_seconds() if gateway is not None else 0.0
-    run = m.run_loop(m.measure(url, _bodies(), protocol=PROTOCOL, num_prompts=max(2 * concurrency, STREAMS),
+    run = m.run_loop(m.measure(url, _bodies(), protocol=PROTOCOL, num_prompts=max(2 * concurrency, streams),
                                max_concurrency=concurrency, timeout=120, headers=HEADERS))
     cpu = (gateway.cpu_seconds() - before) if gateway is not None else None
     report = m.summarize(run, percentiles=(50.0, 99.0))
@@ -131,18 +131,22 @@ def run_point(url: str, concurrency: int, gateway: Gateway | None) -> dict[str, 
         "p99_itl_ms": report["p99_itl_ms"],
         "cpu_s": cpu,
         "chunks": chunks,
+        "streams": len(run.results),
         "tokens": tokens,
         "cpu_us_per_chunk": cpu / chunks * 1e6 if cpu is not None and chunks else None,
     }
 
 
-def run_all(concurrencies: tuple[int, ...], repeat: int = 1, with_litellm: bool = True) -> list[dict[str, Any]]:
-    """Every contender at every concurrency, taking turns within each round; medians of the rounds."""
+def run_all(concurrencies: tuple[int, ...], repeat: int = 1, with_litellm: bool = True, tokens: int = TOKENS,
+            streams: int = STREAMS) -> list[dict[str, Any]]:
+    """Every contender at every concurrency, taking turns within each round; medians of the rounds.
+    ``tokens``: per stream (the synthetic server's ``--tokens``); ``streams``: at least this many per
+    point."""
     cores = _cores()
     server_core, gateway_core = (cores[0], cores[1]) if cores else (None, None)
     if server_core is not None:
         os.sched_setaffinity(0, server_core)  # the client beside the server; each gateway on the other core
-    server = Server(server_core)
+    server = Server(server_core, tokens=tokens)
     contenders = [c for c in CONTENDERS if with_litellm or c != "litellm"]
     gateways: dict[str, Gateway] = {}
     rows: list[dict[str, Any]] = []
@@ -155,7 +159,7 @@ def run_all(concurrencies: tuple[int, ...], repeat: int = 1, with_litellm: bool 
             for _ in range(repeat):
                 for contender in contenders:
                     gateway = gateways.get(contender)
-                    row = run_point(gateway.url if gateway else server.url, concurrency, gateway)
+                    row = run_point(gateway.url if gateway else server.url, concurrency, gateway, streams)
                     row["contender"] = contender
                     print(row, file=sys.stderr, flush=True)
                     rounds[contender].append(row)
@@ -214,9 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCIES))
     parser.add_argument("--repeat", type=int, default=1, help="rounds per point, the contenders taking turns")
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--tokens", type=int, default=TOKENS, help=f"tokens per stream (default {TOKENS})")
+    parser.add_argument("--streams", type=int, default=STREAMS,
+                        help=f"at least this many streams per point (default {STREAMS})")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    rows = run_all(tuple(args.concurrency), args.repeat, with_litellm=not args.no_litellm and bool(litellm_command()))
+    rows = run_all(tuple(args.concurrency), args.repeat, with_litellm=not args.no_litellm and bool(litellm_command()),
+                   tokens=args.tokens, streams=args.streams)
     print(table(rows))
     if args.json:
         import json

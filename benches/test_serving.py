@@ -79,8 +79,8 @@ class Server:
     """``rapidsse serve --synthetic`` in a subprocess pinned to the server core (``pin``), with
     ``workers`` processes on its port."""
 
-    def __init__(self, pin: set[int] | None, workers: int = 1) -> None:
-        command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", str(TOKENS), "--rate",
+    def __init__(self, pin: set[int] | None, workers: int = 1, tokens: int = TOKENS) -> None:
+        command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", str(tokens), "--rate",
                    str(RATE), "--ttft", str(TTFT * 1000), "--port", "0", "--log-level", "warning",
                    "--workers", str(workers)]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
@@ -94,7 +94,8 @@ class Server:
         deadline = time.monotonic() + 60
         while True:  # wait until it accepts a request
             try:
-                run = asyncio.run(m.measure(self.url, _bodies(), protocol=PROTOCOL, num_prompts=1, timeout=5))
+                run = asyncio.run(m.measure(self.url, _bodies(), protocol=PROTOCOL, num_prompts=1,
+                                            timeout=5 + tokens / RATE))
                 if run.results[0].ok:
                     break
             except OSError:
