@@ -3,7 +3,9 @@ completion, built from the deltas.
 
 The work is done by the backend's core (``rust/src/accumulate`` or its pure-Python twin): it takes
 each event's JSON payload, appends text in place, and hands back the object built so far as JSON,
-which is decoded into the msgspec schemas on demand (and cached until the next event).
+which is decoded into the msgspec schemas on demand (and cached until the next event); on the Rust
+backend the Chat, Gemini and Completions results are built from that JSON by the native Struct
+builder (msgspec decodes what it declines).
 
 Three ways in:
 
