@@ -693,7 +693,33 @@ def test_a_declined_snapshot_goes_to_msgspec(monkeypatch):
     ours = rapidsse.ChatAccumulator()
     ours.feed(path.read_bytes())
     monkeypatch.setitem(accumulate._BUILDERS, chat.ChatCompletion, lambda raw: None)
+    monkeypatch.setattr(accumulate, "_PARTS", {})  # found again, with the builder above
     declined = rapidsse.ChatAccumulator()
     declined.feed(path.read_bytes())
     assert declined._build is not None and declined._build(b"{}") is None
     deep_same(declined.completion, ours.completion)
+
+
+def test_accumulators_are_made_on_the_backend_of_their_context():
+    """The backend's parts are found once per backend: an accumulator made under
+    ``using("python")`` has the pure core and no native builder, whichever was made first, and
+    one made after it is the Rust one again; both give the same completion."""
+    from rapidsse._backend import using
+    from rapidsse._pure import accumulate as pure
+
+    data = corpus_files("chat")[0].read_bytes()
+    made = []
+    for choice in ("python", "rust", "python"):
+        with using(choice):
+            acc = rapidsse.ChatAccumulator()
+        acc.feed(data)
+        made.append(acc)
+    assert [isinstance(acc._core, pure.ChatCore) for acc in made] == [True, False, True]
+    assert [acc._build is None for acc in made] == [True, False, True]
+    assert not any(acc._spliced for acc in made)
+    with using("python"):
+        assert rapidsse.ResponseAccumulator()._spliced is hasattr(pure.ResponseCore, "snapshot_spliced")
+    assert rapidsse.ResponseAccumulator()._spliced
+    for acc in made[1:]:
+        deep_same(acc.completion, made[0].completion)
+        assert rapidsse.encode(acc.completion) == rapidsse.encode(made[0].completion)

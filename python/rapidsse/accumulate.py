@@ -106,16 +106,29 @@ def _put_text(node: Any, path: tuple[Union[str, int], ...], text: str) -> bool:
 T = TypeVar("T")
 
 
-def _core_class(name: str) -> Any:
-    native = _backend_core()
-    if native is not None:
-        return getattr(native, name)
-    from ._pure import accumulate as pure
-
-    return getattr(pure, name)
-
-
 _BUILDERS: dict[Any, Any] = {}
+# Per backend (the compiled module, or None) and accumulator class: what `_Accumulator.__init__`
+# takes from the backend (see `_parts`).
+_PARTS: dict[tuple[Any, type], tuple[Any, Any, bool]] = {}
+
+
+def _parts(cls: type[_Accumulator[Any]]) -> tuple[Any, Any, bool]:
+    """``cls``'s core class on the live backend (which :func:`rapidsse._backend.using` may
+    change per context), its snapshot builder (see :func:`_snapshot_builder`; None on the pure
+    backend) and whether the core sets long texts aside (``snapshot_spliced``). Found once per
+    backend and class: an accumulator is made per stream."""
+    native = _backend_core()
+    parts = _PARTS.get((native, cls))
+    if parts is None:
+        if native is not None:
+            core_class = getattr(native, cls._core_name)
+        else:
+            from ._pure import accumulate as pure
+
+            core_class = getattr(pure, cls._core_name)
+        build = _snapshot_builder(cls._snapshot_type) if native is not None and cls._native_snapshot else None
+        parts = _PARTS[(native, cls)] = (core_class, build, hasattr(core_class, "snapshot_spliced"))
+    return parts
 
 
 def _snapshot_builder(snapshot_type: Any) -> Union[Callable[[bytes], Any], None]:
@@ -144,32 +157,40 @@ class _Accumulator(Generic[T]):
     appended and raises :class:`EventTooLarge` (whatever ``on_error`` says)."""
 
     __slots__ = ("_core", "on_error", "invalid_events", "_cached", "_cached_at", "add", "_max_event_size",
-                 "_build", "__weakref__")
+                 "_build", "_spliced", "__weakref__")
     _core_name = ""
     _snapshot_type: Any = None
     #: Whether the Rust backend builds the snapshot's Structs itself from its JSON (the native
     #: builder, as typed events are built: ``_wire`` set in the same pass), msgspec and the wire
     #: pass taking only what it declines; see :func:`_snapshot_builder`.
     _native_snapshot = False
+    #: Whether it frames raw SSE bytes (``feed``, ``close``): all but the Realtime accumulator.
+    _sse = False
 
     def __init__(self, *, on_error: OnError = "raise", max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE) -> None:
-        if on_error not in ("raise", "skip", "keep"):
+        # One frame, the backend's parts found once (`_parts`): a gateway makes one per stream.
+        if on_error != "raise" and on_error != "skip" and on_error != "keep":
             raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
-        self._core = _core_class(self._core_name)(max_event_size)
+        core_class, self._build, self._spliced = _parts(type(self))
+        core = self._core = core_class(max_event_size)
         self._max_event_size = max_event_size
         self.on_error = on_error
         self.invalid_events: list[InvalidEvent] = []
         """Payloads that could not be read at all (not JSON, not an object), with ``on_error="keep"``."""
         self._cached: Any = None
         self._cached_at = -1
-        self._build = _snapshot_builder(type(self)._snapshot_type) if self._native_snapshot else None
-        self.add: Callable[[Any], None] = self._core.direct_methods()[1]
+        feed, add = core.direct_methods()
+        self.add: Callable[[Any], None] = add
         """Adds a typed event (from :func:`rapidsse.iter_events` / :func:`rapidsse.decode_realtime`).
 
         :class:`UnknownEvent` is added by its raw payload (so it is counted, not lost);
         :class:`InvalidEvent` was already reported by the decoder and is ignored. (The core's
         own method, bound here: no Python frame per event, and on the Rust backend no
         argument parsing either.)"""
+        if self._sse:
+            core.set_on_rejected(_OnRejected(self))
+            # `feed` (a slot of `_SSEAccumulator`, documented there).
+            self.feed = feed  # type: ignore[attr-defined]
 
     def add_json(self, payload: Union[Bytes, str]) -> None:
         """Adds one event's JSON payload."""
@@ -206,8 +227,7 @@ class _Accumulator(Generic[T]):
     def _snapshot(self) -> Any:
         events = self._core.events()
         if events != self._cached_at:
-            spliced = getattr(self._core, "snapshot_spliced", None)
-            parts = spliced(_SPLICE_MIN) if spliced is not None else None
+            parts = self._core.snapshot_spliced(_SPLICE_MIN) if self._spliced else None
             if parts is not None:
                 # Long texts come as str objects beside the JSON (written there as ""): put
                 # back where they were, they are neither escaped nor unescaped.
@@ -255,34 +275,29 @@ class _Accumulator(Generic[T]):
         return self._core.events()
 
 
-class _OnRejected:
+class _OnRejected(weakref.ref):  # type: ignore[type-arg]
     """What a core's ``feed`` hands its rejected payloads to: the accumulator's ``_rejected``,
-    through a weak reference (the core is the accumulator's; a strong one would be a cycle)."""
+    through a weak reference (the core is the accumulator's; a strong one would be a cycle). A
+    ``weakref.ref`` itself, so that making one runs no Python frame."""
 
-    __slots__ = ("_owner",)
+    __slots__ = ()
 
-    def __init__(self, owner: _Accumulator[Any]) -> None:
-        self._owner = weakref.ref(owner)
-
-    def __call__(self, rejected: list[tuple[str, int, str, int, bytes, Union[int, None]]]) -> None:
-        owner = self._owner()
+    def __call__(self, rejected: list[tuple[str, int, str, int, bytes, Union[int, None]]]) -> None:  # type: ignore[override]
+        owner = super().__call__()
         if owner is not None:
             owner._rejected(rejected)
 
 
 class _SSEAccumulator(_Accumulator[T]):
     __slots__ = ("feed",)
-
-    def __init__(self, *, on_error: OnError = "raise", max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE) -> None:
-        super().__init__(on_error=on_error, max_event_size=max_event_size)
-        self._core.set_on_rejected(_OnRejected(self))
-        self.feed: Callable[[Bytes], None] = self._core.direct_methods()[0]
-        """Raw SSE bytes (any chunking): frames them and adds every event, creating no Python
-        object per event. With ``on_error="raise"`` a payload that is not a JSON object raises
-        :class:`DecodeError` after the rest of the chunk was added; a delta that would take one
-        text past ``max_event_size`` is not appended and raises :class:`EventTooLarge`, also
-        after the rest of the chunk was added. (The core's own method, bound here: no Python
-        frame per chunk.)"""
+    _sse = True
+    feed: Callable[[Bytes], None]
+    """Raw SSE bytes (any chunking): frames them and adds every event, creating no Python object
+    per event. With ``on_error="raise"`` a payload that is not a JSON object raises
+    :class:`DecodeError` after the rest of the chunk was added; a delta that would take one text
+    past ``max_event_size`` is not appended and raises :class:`EventTooLarge`, also after the
+    rest of the chunk was added. (The core's own method, bound in ``__init__``: no Python frame
+    per chunk.)"""
 
     def close(self) -> None:
         """Ends the byte stream (an unfinished SSE event is discarded, per spec)."""

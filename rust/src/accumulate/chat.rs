@@ -56,8 +56,9 @@ use serde_json::{Map, Number, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    fast_top_with, is_done_marker, json, openai_top_level, position_by_index, replace_fields,
-    AccumulateError, ChunkHead, RawEntries, Replaced, Str, Tally, TextCap,
+    fast_top_with, is_done_marker, json, openai_first_members, openai_top_level,
+    openai_top_level_of, position_by_index, replace_fields, AccumulateError, ChunkHead, RawEntries,
+    Replaced, Str, Tally, TextCap,
 };
 
 /// The top-level fields later chunks replace when not null, before the vendor members.
@@ -239,7 +240,12 @@ impl ChatAccumulator {
         if is_done_marker(payload) {
             return Ok(());
         }
-        if self.completion.is_some() {
+        if self.completion.is_none() {
+            if self.add_first(payload).is_some() {
+                self.tally.events += 1;
+                return self.cap.check(self.tally.events - 1);
+            }
+        } else {
             if let Some((at, holes)) = self.read_shape(payload) {
                 self.clock += 1;
                 self.shapes[at].used = self.clock;
@@ -370,6 +376,31 @@ impl ChatAccumulator {
         self.cap.check(self.tally.events - 1)
     }
 
+    /// The first chunk the usual way round: its top level read once with the tap's reader and
+    /// built as [`openai_top_level`] builds it, its choices checked, then applied as
+    /// [`add_fast`](Self::add_fast) applies a new choice. No shape is learned: a first chunk's
+    /// (the role, an empty content) does not come again. `None` (nothing changed) where the
+    /// general path must decide (see [`openai_first_members`] and
+    /// [`fast_choice`](Self::fast_choice)).
+    fn add_first(&mut self, payload: &[u8]) -> Option<()> {
+        let (top, choices) =
+            openai_first_members(payload, "chat.completion.chunk", &["obfuscation"])?;
+        if let Some(choices) = choices {
+            choices.items(|c| self.fast_choice(c, None))?;
+        }
+        self.completion = Some(openai_top_level_of(
+            top,
+            "chat.completion",
+            &["system_fingerprint"],
+        ));
+        if let Some(choices) = choices {
+            let mut learn = Learn::new();
+            let applied = choices.items(|c| self.fast_choice(c, Some(&mut learn)));
+            debug_assert!(applied.is_some(), "checked first");
+        }
+        Some(())
+    }
+
     /// A later chunk the usual way round (see `docs/internals.md`): read with the tap's reader,
     /// each delta merged from its JSON without building it (strings appended, tool calls
     /// merged by index), `usage`, `system_fingerprint` and `moderation` kept as JSON (see
@@ -382,6 +413,8 @@ impl ChatAccumulator {
     /// reads, which then succeed).
     fn add_fast(&mut self, payload: &[u8]) -> Option<()> {
         let mut learn = Learn::new();
+        // Its notes are written piece by piece: room for the usual few at once.
+        learn.sets.reserve(128);
         let mut vendor: Vec<(&str, Raw<'_>)> = Vec::new();
         let (top, choices) = fast_top_with(
             payload,
@@ -540,7 +573,10 @@ impl ChatAccumulator {
             learn.ok = false;
             let mut fields = Vec::new();
             choice.entries(|key, value| {
-                fields.push((key.to_owned(), value_of(value)));
+                // Not built only to be left out (see `fresh_choice`).
+                if key != "delta" && key != "index" {
+                    fields.push((key.to_owned(), value_of(value)));
+                }
                 Some(())
             });
             let mut fresh = fresh_choice(index, fields);
@@ -1088,18 +1124,21 @@ fn note_entry(sets: &mut String, what: What<'_>, value: &str) {
 /// either leaves what the other set as it found it (a text hole never appends to what a shape
 /// sets: those are `index`, `type`, `role`, `id`, a `finish_reason`, top-level fields).
 fn agree(ours: &str, theirs: &str) -> bool {
-    if ours.is_empty() || theirs.is_empty() {
+    if ours.is_empty() || theirs.is_empty() || ours == theirs {
         return true;
     }
-    fn what(entry: &str) -> &str {
-        entry.split('\u{1}').next().unwrap_or_default()
+    // Each entry's `what` and value (neither holds `\u{1}`), theirs split once.
+    fn split(entry: &str) -> (&str, &str) {
+        entry.split_once('\u{1}').unwrap_or((entry, ""))
     }
-    ours.split_terminator('\u{0}').all(|entry| {
-        let key = what(entry);
-        theirs
-            .split_terminator('\u{0}')
-            .all(|other| other == entry || what(other) != key)
-    })
+    let theirs: Vec<(&str, &str)> = theirs.split_terminator('\u{0}').map(split).collect();
+    ours.split_terminator('\u{0}')
+        .map(split)
+        .all(|(what, value)| {
+            theirs
+                .iter()
+                .all(|&(other, theirs)| other != what || theirs == value)
+        })
 }
 
 /// Whether `raw` is a list with an object that has an `index` (see [`has_indexed_entries`]).
@@ -1366,6 +1405,49 @@ mod tests {
         assert!(!super::agree(&sets, "1/role\u{1}\"user\"\u{0}"));
         assert!(super::agree(&sets, "2/role\u{1}\"user\"\u{0}"));
     }
+
+    /// `agree` splits the other shape's sets once: what it says is what comparing each pair
+    /// of entries by their splits says, on random sets of a few names and values.
+    #[test]
+    fn agreeing_sets_are_found_as_pair_by_pair() {
+        fn pairwise(ours: &str, theirs: &str) -> bool {
+            let what = |entry: &str| entry.split('\u{1}').next().unwrap_or_default().to_owned();
+            ours.is_empty()
+                || theirs.is_empty()
+                || ours.split_terminator('\u{0}').all(|entry| {
+                    theirs
+                        .split_terminator('\u{0}')
+                        .all(|other| other == entry || what(other) != what(entry))
+                })
+        }
+        let mut next = xorshift();
+        let random_sets = |next: &mut dyn FnMut() -> u64| {
+            let mut sets = String::new();
+            for _ in 0..next() % 5 {
+                let what =
+                    ["top/usage", "0/role", "0/finish_reason", "1/role"][next() as usize % 4];
+                let value = ["\"a\"", "\"b\"", "null"][next() as usize % 3];
+                sets.push_str(&format!("{what}\u{1}{value}\u{0}"));
+            }
+            sets
+        };
+        let (mut yes, mut no) = (0, 0);
+        for _ in 0..5000 {
+            let (ours, theirs) = (random_sets(&mut next), random_sets(&mut next));
+            let expected = pairwise(&ours, &theirs);
+            assert_eq!(
+                super::agree(&ours, &theirs),
+                expected,
+                "{ours:?} {theirs:?}"
+            );
+            if expected {
+                yes += 1
+            } else {
+                no += 1
+            }
+        }
+        assert!(yes > 100 && no > 100, "{yes} {no}");
+    }
     use crate::accumulate::{corpus_lines, mutations, xorshift};
 
     /// Feeds `lines` through the fast path and through the general one alone: the same results
@@ -1432,9 +1514,9 @@ mod tests {
     #[test]
     fn fast_path_agrees_with_the_general_one() {
         let chunks = bytes(&CHUNKS);
-        // Every chunk but the first (and `[DONE]`) goes the fast way.
+        // Every chunk but `[DONE]` goes the fast way, the first one's too.
         let mut acc = ChatAccumulator::new();
-        acc.add_json(chunks[0]).unwrap();
+        assert!(acc.add_first(chunks[0]).is_some());
         for chunk in chunks[1..].iter().filter(|c| !is_done_marker(c)) {
             assert!(
                 acc.add_fast(chunk).is_some(),
@@ -1445,8 +1527,7 @@ mod tests {
         for cap in [None, Some(3), Some(6), Some(1 << 20)] {
             agree(&chunks, cap);
         }
-        let mut odd = chunks.clone();
-        for extra in [
+        let extras = [
             &br#"{"error":{"message":"busy"}}"#[..],
             br#"{"object":"","choices":[{"index":0,"delta":{"content":"filtered"}}]}"#,
             br#"{"object":5,"choices":[]}"#,
@@ -1474,16 +1555,33 @@ mod tests {
             br#"{"system_fingerprint":"f\ud800"}"#,
             b"{\"choices\":[]}\r",
             b"\"text\"",
-        ] {
+            br#"{"obfuscation":"a","obfuscation":"b","choices":[]}"#,
+            br#"{"choices":null,"choices":[]}"#,
+            br#"{"error":null,"object":null,"choices":null,"id":"n"}"#,
+            br#"{"object":"chat.completion.chunk ","choices":[]}"#,
+            br#"{"obfuscation":1e400,"choices":[]}"#,
+            br#"{"choices":[{"delta":{}}],"choices":[]}"#,
+            br#"{"id":"a","id":"b","choices":[]}"#,
+            br#"{"usage":null,"usage":{"total_tokens":1}}"#,
+        ];
+        let mut odd = chunks.clone();
+        for extra in extras {
             odd.insert(5, extra);
         }
         agree(&odd, None);
         agree(&odd, Some(4));
+        // Each as the first chunk, which is read without the completion built so far.
+        for extra in extras {
+            let mut first = vec![extra];
+            first.extend(&chunks);
+            agree(&first, None);
+            agree(&first, Some(4));
+        }
     }
 
     #[test]
     fn fast_path_agrees_on_mutated_chunks() {
-        for at in 1..CHUNKS.len() - 1 {
+        for at in 0..CHUNKS.len() - 1 {
             for mutated in mutations(CHUNKS[at].as_bytes()) {
                 let mut lines = bytes(&CHUNKS);
                 lines[at] = &mutated;

@@ -1491,6 +1491,10 @@ impl Template {
             ..
         } = learn;
         actions.clear();
+        if !ok {
+            self.clear();
+            return;
+        }
         holes.sort_by_key(|(raw, _, _)| raw.0.as_ptr() as usize);
         let kind = |text: bool| {
             if text {
@@ -1499,11 +1503,12 @@ impl Template {
                 HoleKind::Number
             }
         };
-        let mut spans: Vec<(Raw<'_>, HoleKind)> = holes.iter().map(|h| (h.0, kind(h.1))).collect();
+        let mut spans: Vec<(Raw<'_>, HoleKind)> = Vec::with_capacity(holes.len() + skips.len());
+        spans.extend(holes.iter().map(|h| (h.0, kind(h.1))));
         spans.extend(skips.into_iter().map(|raw| (raw, HoleKind::Skip)));
         spans.sort_by_key(|(raw, _)| raw.0.as_ptr() as usize);
-        let mut kept = Vec::new();
-        if !ok || self.learn(payload, &spans, &mut kept).is_none() {
+        let mut kept = Vec::with_capacity(spans.len());
+        if self.learn(payload, &spans, &mut kept).is_none() {
             self.clear();
             return;
         }

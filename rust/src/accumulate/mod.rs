@@ -848,13 +848,22 @@ pub(crate) fn openai_top_level(
     dropped: &[&str],
     nulls: &[&str],
 ) -> Map<String, Value> {
-    let mut top = openai_members(payload, dropped).unwrap_or_else(|| {
+    let top = openai_members(payload, dropped).unwrap_or_else(|| {
         let mut top: Map<String, Value> = serde_json::from_slice(payload).unwrap_or_default();
         for key in dropped {
             top.shift_remove(*key);
         }
         top
     });
+    openai_top_level_of(top, object, nulls)
+}
+
+/// [`openai_top_level`] from the chunk's members (but the dropped ones) as serde builds them.
+pub(crate) fn openai_top_level_of(
+    mut top: Map<String, Value>,
+    object: &str,
+    nulls: &[&str],
+) -> Map<String, Value> {
     top.insert("choices".to_owned(), Value::Null);
     top.insert("object".to_owned(), Value::String(object.to_owned()));
     for (key, default) in [
@@ -891,6 +900,56 @@ fn openai_members(payload: &[u8], dropped: &[&str]) -> Option<Map<String, Value>
         Some(())
     })?;
     Some(top)
+}
+
+/// A first chunk's members for [`openai_top_level_of`] and its `choices` (when not null), read
+/// once by [`fast::entries`]: the members but `dropped` as [`openai_members`] builds them,
+/// `choices` as null. `None` where the general path must decide (it reads the chunk whole with
+/// serde, which refuses some members twice and takes others' last value): a member twice, an
+/// `error` that is not null, an `object` that is neither null nor the string `object`, a
+/// `choices` that is not null nor an array, or a value (a dropped one too) that would not build.
+pub(crate) fn openai_first_members<'a>(
+    payload: &'a [u8],
+    object: &str,
+    dropped: &[&str],
+) -> Option<(Map<String, Value>, Option<fast::Raw<'a>>)> {
+    let mut top = Map::new();
+    let mut choices = None;
+    let mut dropped_seen = 0u64;
+    fast::entries(payload, |key, raw| {
+        if let Some(at) = dropped.iter().position(|d| *d == key) {
+            if at >= 64 || dropped_seen & (1 << at) != 0 || !raw.buildable() {
+                return None;
+            }
+            dropped_seen |= 1 << at;
+            return Some(());
+        }
+        let value = match key {
+            "choices" => {
+                if !raw.is_null() {
+                    if raw.first() != b'[' || !raw.buildable() {
+                        return None;
+                    }
+                    choices = Some(raw);
+                }
+                Value::Null
+            }
+            "error" if !raw.is_null() => return None,
+            "object" if !raw.is_null() => {
+                let json = raw.json();
+                let same = json.len() == object.len() + 2
+                    && raw.first() == b'"'
+                    && &json[1..object.len() + 1] == object;
+                if !same {
+                    return None;
+                }
+                Value::String(object.to_owned())
+            }
+            _ => raw.build()?,
+        };
+        top.insert(key.to_owned(), value).is_none().then_some(())
+    })?;
+    Some((top, choices))
 }
 
 /// The objects of `raw` (a chunk's `choices`, `candidates`) as serde builds them; none when it
