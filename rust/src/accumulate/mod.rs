@@ -747,8 +747,8 @@ impl Replaced {
     pub fn write(&self, out: &mut Vec<u8>, key: &str, value: &Value) {
         let kept = self.kept.iter().find(|(k, _)| *k == key);
         if let Some((_, json)) = kept {
-            if json::written_as_is(json.as_bytes()) {
-                out.extend_from_slice(json.as_bytes());
+            // Kept only where it builds: valid JSON, as `write_as_serde` needs.
+            if json::write_as_serde(out, json.as_bytes()) {
                 return;
             }
         }
