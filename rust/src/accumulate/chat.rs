@@ -385,18 +385,18 @@ impl ChatAccumulator {
     fn add_first(&mut self, payload: &[u8]) -> Option<()> {
         let (top, choices) =
             openai_first_members(payload, "chat.completion.chunk", &["obfuscation"])?;
-        if let Some(choices) = choices {
-            choices.items(|c| self.fast_choice(c, None))?;
-        }
+        let read = match choices {
+            Some(choices) => ChoiceRead::check_all(choices)?,
+            None => Vec::new(),
+        };
         self.completion = Some(openai_top_level_of(
             top,
             "chat.completion",
             &["system_fingerprint"],
         ));
-        if let Some(choices) = choices {
-            let mut learn = Learn::new();
-            let applied = choices.items(|c| self.fast_choice(c, Some(&mut learn)));
-            debug_assert!(applied.is_some(), "checked first");
+        let mut learn = Learn::new();
+        for choice in read {
+            self.fast_choice(choice, &mut learn);
         }
         Some(())
     }
@@ -408,9 +408,10 @@ impl ChatAccumulator {
     /// fields built. `None` (nothing changed) for anything else: an error chunk, another
     /// `object`, a malformed chunk, a `choices` that is not an array of objects, an `index`
     /// that is not a plain integer, a choice field twice, a delta value serde might read
-    /// otherwise (an object with a key twice, say), or whatever the reader leaves to serde. The
-    /// chunk is read twice: once checking every read that can fail, then applied (the same
-    /// reads, which then succeed).
+    /// otherwise (an object with a key twice, say), or whatever the reader leaves to serde. Every
+    /// read that can fail is made before anything changes: the choices' members are read and
+    /// checked first ([`ChoiceRead`]), then applied from what was read (a delta is read again
+    /// as it is merged, its reads checked by [`check_delta`]).
     fn add_fast(&mut self, payload: &[u8]) -> Option<()> {
         let mut learn = Learn::new();
         // Its notes are written piece by piece: room for the usual few at once.
@@ -437,12 +438,10 @@ impl ChatAccumulator {
                 Some(())
             },
         )?;
-        if let Some(choices) = choices {
-            if choices.first() != b'[' {
-                return None;
-            }
-            choices.items(|c| self.fast_choice(c, None))?;
-        }
+        let read = match choices {
+            Some(choices) => ChoiceRead::check_all(choices)?,
+            None => Vec::new(),
+        };
         let completion = self.completion.as_mut()?;
         for (key, raw) in REPLACED.into_iter().zip(top) {
             // A string stays in the shape (see `Replaced::keep_all`): set again by each chunk.
@@ -466,9 +465,8 @@ impl ChatAccumulator {
                 }
             }
         }
-        if let Some(choices) = choices {
-            let applied = choices.items(|c| self.fast_choice(c, Some(&mut learn)));
-            debug_assert!(applied.is_some(), "checked first");
+        for choice in read {
+            self.fast_choice(choice, &mut learn);
         }
         // Into a free slot, else the least recently used one's.
         let slot = match self
@@ -529,45 +527,16 @@ impl ChatAccumulator {
         Some(())
     }
 
-    /// One choice of [`add_fast`](Self::add_fast): checked (`learn` None: nothing changes) or
-    /// applied as [`add_choice`](Self::add_choice) applies it (what it did noted in `learn`).
-    fn fast_choice<'a>(&mut self, choice: Raw<'a>, learn: Option<&mut Learn<'a>>) -> Option<()> {
-        let mut keys: [&str; 8] = [""; 8];
-        let mut n = 0;
-        let (mut index, mut delta, mut finish_reason, mut logprobs) = (None, None, None, None);
-        let check = learn.is_none();
-        choice.entries(|key, value| {
-            // A repeated key: the general path takes the last value, at the first one's place.
-            if keys[..n].contains(&key) || n == keys.len() {
-                return None;
-            }
-            keys[n] = key;
-            n += 1;
-            match key {
-                "index" => index = Some(value.unsigned()?),
-                "delta" => {
-                    if check {
-                        check_delta(value)?;
-                    }
-                    delta = Some(value);
-                }
-                _ => {
-                    if check && !value.buildable() {
-                        return None;
-                    }
-                    match key {
-                        "finish_reason" => finish_reason = Some(value),
-                        "logprobs" => logprobs = Some(value),
-                        _ => {}
-                    }
-                }
-            }
-            Some(())
-        })?;
-        let Some(learn) = learn else {
-            return Some(());
-        };
-        let index = index.unwrap_or(0);
+    /// One choice of [`add_fast`](Self::add_fast), checked by [`ChoiceRead::check`], applied as
+    /// [`add_choice`](Self::add_choice) applies it (what it did noted in `learn`).
+    fn fast_choice<'a>(&mut self, read: ChoiceRead<'a>, learn: &mut Learn<'a>) {
+        let ChoiceRead {
+            raw: choice,
+            index,
+            delta,
+            finish_reason,
+            logprobs,
+        } = read;
         let (warnings, cap) = (&mut self.tally.warnings, &mut self.cap);
         let Some(at) = position_by_index(&self.choices, index) else {
             learn.ok = false;
@@ -584,7 +553,7 @@ impl ChatAccumulator {
                 fast_delta(message, delta, self.choices.len(), learn, warnings, cap);
             }
             self.choices.push(fresh);
-            return Some(());
+            return;
         };
         let ours = &mut self.choices[at];
         if let (Some(delta), Some(Value::Object(message))) = (delta, ours.get_mut("message")) {
@@ -608,7 +577,6 @@ impl ChatAccumulator {
             }
             merge_logprobs(ours, value);
         }
-        Some(())
     }
 
     fn add_choice(&mut self, entries: RawEntries<'_>) {
@@ -673,6 +641,74 @@ impl ChatAccumulator {
         unknown_events;
         /// Chunks added (every accepted payload but `[DONE]`).
         events;
+    }
+}
+
+/// One choice of a chunk the fast path takes, read and checked once ([`ChoiceRead::check`])
+/// before any is applied, so that the apply pass does not read its members again.
+#[derive(Clone, Copy)]
+struct ChoiceRead<'a> {
+    raw: Raw<'a>,
+    index: u64,
+    delta: Option<Raw<'a>>,
+    finish_reason: Option<Raw<'a>>,
+    logprobs: Option<Raw<'a>>,
+}
+
+impl<'a> ChoiceRead<'a> {
+    /// Every read of `choice` that can fail: `None` for a key twice (the general path takes
+    /// the last value, at the first one's place), an `index` that is not a plain integer, a
+    /// `delta` [`check_delta`] refuses, another value that might not build.
+    fn check(choice: Raw<'a>) -> Option<Self> {
+        let mut keys: [&str; 8] = [""; 8];
+        let mut n = 0;
+        let (mut index, mut delta, mut finish_reason, mut logprobs) = (None, None, None, None);
+        choice.entries(|key, value| {
+            if keys[..n].contains(&key) || n == keys.len() {
+                return None;
+            }
+            keys[n] = key;
+            n += 1;
+            match key {
+                "index" => index = Some(value.unsigned()?),
+                "delta" => {
+                    check_delta(value)?;
+                    delta = Some(value);
+                }
+                _ => {
+                    if !value.buildable() {
+                        return None;
+                    }
+                    match key {
+                        "finish_reason" => finish_reason = Some(value),
+                        "logprobs" => logprobs = Some(value),
+                        _ => {}
+                    }
+                }
+            }
+            Some(())
+        })?;
+        Some(ChoiceRead {
+            raw: choice,
+            index: index.unwrap_or(0),
+            delta,
+            finish_reason,
+            logprobs,
+        })
+    }
+
+    /// The choices of `choices` (not null), each checked; `None` if it is not an array of
+    /// choices that all pass.
+    fn check_all(choices: Raw<'a>) -> Option<Vec<Self>> {
+        if choices.first() != b'[' {
+            return None;
+        }
+        let mut read = Vec::new();
+        choices.items(|choice| {
+            read.push(Self::check(choice)?);
+            Some(())
+        })?;
+        Some(read)
     }
 }
 
