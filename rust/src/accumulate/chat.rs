@@ -380,8 +380,7 @@ impl ChatAccumulator {
     /// built as [`openai_top_level`] builds it, its choices checked, then applied as
     /// [`add_fast`](Self::add_fast) applies a new choice. No shape is learned: a first chunk's
     /// (the role, an empty content) does not come again. `None` (nothing changed) where the
-    /// general path must decide (see [`openai_first_members`] and
-    /// [`fast_choice`](Self::fast_choice)).
+    /// general path must decide (see [`openai_first_members`] and [`ChoiceRead::check`]).
     fn add_first(&mut self, payload: &[u8]) -> Option<()> {
         let (top, choices) =
             openai_first_members(payload, "chat.completion.chunk", &["obfuscation"])?;
