@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 
 import msgspec
 import pytest
@@ -480,6 +481,40 @@ def test_deep_nesting_in_a_payload_is_a_decode_error(backend, protocol):
                         b'{"type":"response.future","x":' + deep + b"}", b'{"id":"c","choices":[],"x":' + deep + b"}"):
             for on_error in ("raise", "keep"):
                 _raises_only_sse_errors(event_decoder(backend, protocol, on_error, None).feed, b"data: " + payload + b"\n\n")
+
+
+@pytest.mark.parametrize("protocol", ["responses", "chat", "anthropic"])
+def test_deep_nesting_is_the_same_outcome_whatever_the_recursion_limit(protocol):
+    """What a deeply nested payload becomes is the same on both backends and at every recursion
+    limit. msgspec's own limit is the interpreter's limit less the frames above the call, which
+    differ between the backends: hypothesis found a limit where one backend's msgspec reached a
+    malformed byte and the other's stopped at the depth first. The careful path now refuses more
+    than 512 levels itself ("nested too deeply"), so a payload malformed past that depth is that
+    error everywhere; a valid one is what it is everywhere (a Chat chunk's unknown member is
+    skipped by msgspec, a typed event's goes to the careful path and is refused)."""
+    malformed = b'{"type":"content_block_delta","logprobs":' + b"[" * 1987 + b"]" * 1000 + b',"index":1}'
+    payloads = [
+        malformed,
+        b'{"type":"some.future.event","x":' + b"[" * 600 + b"]" * 600 + b"}",
+        b'{"id":"c","choices":[],"x":' + b"{\"a\":" * 700 + b"1" + b"}" * 700 + b"}",
+        b'{"type":"some.future.event","x":' + b"[" * 511 + b"]" * 511 + b"}",  # 512 levels: read
+    ]
+    limit = sys.getrecursionlimit()
+    seen: dict[bytes, list] = {}
+    try:
+        for recursion_limit in (1000, 1994, 1996, 2600, 5000):
+            sys.setrecursionlimit(recursion_limit)
+            for payload in payloads:
+                stream = b"data: " + payload + b"\n\n"
+                for backend in BACKENDS:
+                    result = outcome(event_decoder(backend, protocol, "raise", None).feed, [stream])
+                    first = seen.setdefault(payload, result)
+                    assert result == first, (recursion_limit, backend, payload[:60])
+    finally:
+        sys.setrecursionlimit(limit)
+    error = seen[malformed][-1]
+    assert error[:2] == ("error", "DecodeError") and "nested too deeply" in error[2], error
+    assert seen[payloads[-1]] and isinstance(seen[payloads[-1]][0], dict)
 
 
 def test_deep_nesting_in_realtime_and_json_is_a_decode_error():

@@ -96,12 +96,32 @@ class _Invalid(Exception):
     pass
 
 
+# A payload nested deeper than this is "JSON nested too deeply" on the careful path, whatever else
+# it is. msgspec's own limit is the interpreter's recursion limit less the frames above the call:
+# those differ between the two backends' call paths (and the limit rises under tools such as
+# hypothesis), so where msgspec stops must not decide which error a payload gets, or whether it
+# gets one. Far below the 1,000 levels of CPython's default limit.
+_MAX_NESTING = 512
+
+
+def _too_deep(payload: str) -> bool:
+    """Whether ``payload`` (JSON text, valid or not) opens more than ``_MAX_NESTING`` levels at
+    once; the brackets counted first, so that a usual payload costs two ``str.count`` calls."""
+    if len(payload) <= _MAX_NESTING or payload.count("[") + payload.count("{") <= _MAX_NESTING:
+        return False
+    from ._pure.accumulate.json import _max_depth  # (imported here: that package imports this module)
+
+    return _max_depth(payload) > _MAX_NESTING
+
+
 def _decode_alone(schema: _Schema, raw: bytes, event: str) -> Any:
     """Decodes one payload the careful way (see the module docstring). Raises :class:`_Invalid`."""
     try:
         payload = raw.decode("utf-8")
     except UnicodeDecodeError:
         payload = raw.decode("utf-8", "replace")  # as the framer does for text: U+FFFD
+    if _too_deep(payload):
+        raise _Invalid("JSON nested too deeply")
     try:
         return _wire.decode(payload, schema.event)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
