@@ -936,11 +936,7 @@ pub(crate) fn openai_first_members<'a>(
             }
             "error" if !raw.is_null() => return None,
             "object" if !raw.is_null() => {
-                let json = raw.json();
-                let same = json.len() == object.len() + 2
-                    && raw.first() == b'"'
-                    && &json[1..object.len() + 1] == object;
-                if !same {
+                if !is_plain_string(raw, object) {
                     return None;
                 }
                 Value::String(object.to_owned())
@@ -950,6 +946,15 @@ pub(crate) fn openai_first_members<'a>(
         top.insert(key.to_owned(), value).is_none().then_some(())
     })?;
     Some((top, choices))
+}
+
+/// Whether `raw` is the JSON string `expected`, written without an escape (how the fast paths
+/// take a chunk's `object`; an escaped one is left to serde).
+fn is_plain_string(raw: fast::Raw<'_>, expected: &str) -> bool {
+    let json = raw.json();
+    json.len() == expected.len() + 2
+        && raw.first() == b'"'
+        && &json[1..expected.len() + 1] == expected
 }
 
 /// The objects of `raw` (a chunk's `choices`, `candidates`) as serde builds them; none when it
@@ -1017,10 +1022,7 @@ pub(crate) fn fast_top_with<'a, const N: usize>(
             0 => items = Some(value),
             1 => return value.is_null().then_some(()),
             _ => {
-                let expected = object.unwrap_or_default();
-                let same = value.json().len() == expected.len() + 2
-                    && value.first() == b'"'
-                    && &value.json()[1..expected.len() + 1] == expected;
+                let same = is_plain_string(value, object.unwrap_or_default());
                 return (same || value.is_null()).then_some(());
             }
         }
