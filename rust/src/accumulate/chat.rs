@@ -803,7 +803,12 @@ fn check_delta(delta: Raw<'_>) -> Option<()> {
         return Some(());
     }
     delta.entries(|key, value| match value.first() {
-        b'"' => value.string().map(drop),
+        // A raw value is valid JSON, so its strings read (`string` is not called to check that:
+        // it would unescape each string only to drop it).
+        b'"' => {
+            debug_assert!(value.string().is_some());
+            Some(())
+        }
         b'[' if key == "content" => value.buildable().then_some(()),
         _ => {
             if !value.buildable() {
@@ -814,8 +819,8 @@ fn check_delta(delta: Raw<'_>) -> Option<()> {
     })
 }
 
-/// Whether [`fast_entry`] can walk `value`: its objects' keys unescaped and each once, its
-/// strings read by the tap's reader.
+/// Whether [`fast_entry`] can walk `value`: its objects' keys unescaped and each once (its
+/// strings read, as every string of a raw value does).
 fn walkable(value: Raw<'_>) -> Option<()> {
     match value.first() {
         b'{' => {
@@ -831,7 +836,10 @@ fn walkable(value: Raw<'_>) -> Option<()> {
             })
         }
         b'[' => value.items(walkable),
-        b'"' => value.string().map(drop),
+        b'"' => {
+            debug_assert!(value.string().is_some());
+            Some(())
+        }
         _ => Some(()),
     }
 }
@@ -1110,7 +1118,7 @@ fn fast_list<'a>(
 
 /// What a chunk set, as a [`Shape`]'s sets name it: a top-level field (`top/{key}`), a field of
 /// the choice at a position (`{choice}/{key}`), or one under a path in its message
-/// (`{choice}/{path:?}/{key}`).
+/// (`{choice}/["tool_calls",0,"function"]/{key}`).
 #[derive(Clone, Copy)]
 enum What<'k> {
     Top(&'k str),
@@ -1119,8 +1127,8 @@ enum What<'k> {
 }
 
 impl What<'_> {
-    /// Appends the name (pushed piece by piece: the formatting machinery was a tenth of a
-    /// short stream's feed, paid at each chunk learned).
+    /// Appends the name (pushed piece by piece, paths too: the formatting machinery was a
+    /// tenth of a short stream's feed, paid at each chunk learned).
     fn write(self, out: &mut String) {
         match self {
             What::Top(key) => {
@@ -1133,8 +1141,25 @@ impl What<'_> {
                 out.push_str(key);
             }
             What::Under(choice, path, key) => {
-                use std::fmt::Write;
-                let _ = write!(out, "{choice}/{path:?}/{key}");
+                // `{choice}/["tool_calls",0,"function"]/{key}`: a key the reader takes has no
+                // quote, so no two paths are written alike.
+                out.push_str(itoa::Buffer::new().format(choice));
+                out.push_str("/[");
+                for (at, step) in path.iter().enumerate() {
+                    if at > 0 {
+                        out.push(',');
+                    }
+                    match step {
+                        Step::Key(key) => {
+                            out.push('"');
+                            out.push_str(key);
+                            out.push('"');
+                        }
+                        Step::Pos(n) => out.push_str(itoa::Buffer::new().format(*n)),
+                    }
+                }
+                out.push_str("]/");
+                out.push_str(key);
             }
         }
     }
@@ -1147,7 +1172,7 @@ fn noted_set(learn: &mut Learn<'_>, what: What<'_>, value: Raw<'_>) {
 
 /// One entry of a [`Shape`]'s sets: `what`, `\u{1}`, the value's JSON (or [`HOLE`]), `\u{0}`.
 /// Neither byte is in a JSON text the tap reads (it leaves control bytes to serde), nor in a
-/// `what` (made of such keys, choice positions and `Debug` paths, which escape them).
+/// `what` (made of such keys and choice positions).
 fn note_entry(sets: &mut String, what: What<'_>, value: &str) {
     what.write(sets);
     sets.push('\u{1}');
@@ -1163,17 +1188,29 @@ fn agree(ours: &str, theirs: &str) -> bool {
         return true;
     }
     // Each entry's `what` and value (neither holds `\u{1}`), theirs split once.
-    fn split(entry: &str) -> (&str, &str) {
-        entry.split_once('\u{1}').unwrap_or((entry, ""))
-    }
-    let theirs: Vec<(&str, &str)> = theirs.split_terminator('\u{0}').map(split).collect();
-    ours.split_terminator('\u{0}')
-        .map(split)
-        .all(|(what, value)| {
-            theirs
-                .iter()
-                .all(|&(other, theirs)| other != what || theirs == value)
+    let theirs: Vec<(&[u8], &[u8])> = set_entries(theirs).collect();
+    set_entries(ours).all(|(what, value)| {
+        theirs
+            .iter()
+            .all(|&(other, theirs)| other != what || theirs == value)
+    })
+}
+
+/// The entries of a shape's sets (see [`note_entry`]), each as its `what` and its value, split
+/// at their marks by `memchr`.
+fn set_entries(sets: &str) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let bytes = sets.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let rest = bytes.get(at..).filter(|rest| !rest.is_empty())?;
+        let end = memchr::memchr(0, rest).unwrap_or(rest.len());
+        at += end + 1;
+        let entry = &rest[..end];
+        Some(match memchr::memchr(1, entry) {
+            Some(mark) => (&entry[..mark], &entry[mark + 1..]),
+            None => (entry, &[][..]),
         })
+    })
 }
 
 /// Whether `raw` is a list with an object that has an `index` (see [`has_indexed_entries`]).
@@ -1427,7 +1464,11 @@ mod tests {
                 "0/finish_reason".to_owned(),
             ),
             (What::Choice(12345, "role"), "12345/role".to_owned()),
-            (What::Under(7, &path, "id"), format!("7/{path:?}/id")),
+            (
+                What::Under(7, &path, "id"),
+                r#"7/["tool_calls",3]/id"#.to_owned(),
+            ),
+            (What::Under(0, &[], "content"), "0/[]/content".to_owned()),
         ] {
             let mut out = String::from("x\u{0}");
             what.write(&mut out);

@@ -55,9 +55,7 @@ fn copy_as_serde(out: &mut Vec<u8>, json: &[u8]) -> Option<()> {
         match json[i] {
             b'"' => {
                 let start = i + 1;
-                let len = json[start..]
-                    .iter()
-                    .position(|&b| b == b'"' || b == b'\\')?;
+                let len = crate::lex::quote_or_backslash(json, start)? - start;
                 if json[start + len] == b'\\' {
                     return None;
                 }
