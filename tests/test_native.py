@@ -685,6 +685,47 @@ def test_snapshots_built_natively_are_msgspec_and_the_wire_pass(cls, protocol, f
     assert total and built >= floor * total, (built, total)
 
 
+def test_the_snapshot_builder_keeps_no_state_that_shows():
+    """``NativeSchema.build`` keeps its work state between calls (its string caches, its ``Wire``
+    objects): a snapshot is built the same after any others, declined ones included, and
+    from several threads at once, as the first time."""
+    import threading
+
+    from rapidsse.accumulate import _snapshot_builder
+
+    build = _snapshot_builder(chat.ChatCompletion)
+    raws = []
+    for path in corpus_files("chat"):
+        acc = rapidsse.ChatAccumulator()
+        acc.feed(path.read_bytes())
+        raws.append(acc._core.snapshot_json())
+    first = [build(raw) for raw in raws]
+    assert all(built is not None for built in first)
+    declined = [b"{", b'{"id":"c","choices":[{"index":0,"message":{"content":5}}]}']
+    for _ in range(3):
+        for raw, expected in zip(reversed(raws), reversed(first)):
+            assert build(declined[0]) is None
+            build(declined[1])
+            again = build(raw)
+            assert again is not expected
+            deep_same(again, expected)
+    errors = []
+
+    def builds():
+        try:
+            for raw, expected in zip(raws * 5, first * 5):
+                deep_same(build(raw), expected)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=builds) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
 def test_a_declined_snapshot_goes_to_msgspec(monkeypatch):
     """A snapshot the builder declines (here: all of them) is decoded by msgspec as before."""
     from rapidsse import accumulate
