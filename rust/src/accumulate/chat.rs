@@ -717,7 +717,8 @@ fn fresh_choice(
     index: u64,
     fields: impl IntoIterator<Item = (String, Value)>,
 ) -> Map<String, Value> {
-    let mut choice = Map::new();
+    // Sized for the usual members, so that neither map grows as it is filled.
+    let mut choice = Map::with_capacity(8);
     choice.insert("index".to_owned(), Value::from(index));
     choice.insert("finish_reason".to_owned(), Value::Null);
     choice.insert("logprobs".to_owned(), Value::Null);
@@ -726,7 +727,7 @@ fn fresh_choice(
             choice.insert(key, value);
         }
     }
-    let mut message = Map::new();
+    let mut message = Map::with_capacity(6);
     message.insert("role".to_owned(), Value::String("assistant".to_owned()));
     message.insert("content".to_owned(), Value::Null);
     message.insert("refusal".to_owned(), Value::Null);

@@ -913,7 +913,8 @@ pub(crate) fn openai_first_members<'a>(
     object: &str,
     dropped: &[&str],
 ) -> Option<(Map<String, Value>, Option<fast::Raw<'a>>)> {
-    let mut top = Map::new();
+    // Room for a chunk's usual dozen members: the map does not grow as it is filled.
+    let mut top = Map::with_capacity(12);
     let mut choices = None;
     let mut dropped_seen = 0u64;
     fast::entries(payload, |key, raw| {
