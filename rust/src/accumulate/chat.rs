@@ -246,16 +246,8 @@ impl ChatAccumulator {
                 return self.cap.check(self.tally.events - 1);
             }
         } else {
-            if let Some((at, holes)) = self.read_shape(payload) {
-                self.clock += 1;
-                self.shapes[at].used = self.clock;
-                if let Some(before) = self.shapes.get_mut(self.last) {
-                    before.next = at;
-                }
-                self.last = at;
-                self.add_templated(at, holes);
-                self.tally.events += 1;
-                return self.cap.check(self.tally.events - 1);
+            if let Some((at, holes)) = self.read_shape(payload, false) {
+                return self.add_shaped(at, holes);
             }
             if self.add_fast(payload).is_some() {
                 self.tally.events += 1;
@@ -270,24 +262,93 @@ impl ChatAccumulator {
     /// last time (the turns of an `n`-choice stream come round in order), then the others. Any
     /// that reads it would do: no two shapes read the same payload, as one is learned only when
     /// every kept one misses.
+    ///
+    /// `framed`: `payload` may go on after the payload (see [`add_framed`](Self::add_framed));
+    /// the holes are given with where the payload ends (else it ends `payload`).
     fn read_shape<'p>(
-        &self,
+        &mut self,
         payload: &'p [u8],
-    ) -> Option<(usize, [Option<Hole<'p>>; fast::MAX_HOLES])> {
-        let guess = self
-            .shapes
-            .get(self.last)
-            .map_or(usize::MAX, |shape| shape.next);
-        if let Some(shape) = self.shapes.get(guess) {
-            if let Some(holes) = shape.template.read(payload) {
+        framed: bool,
+    ) -> Option<(usize, (fast::Holes<'p>, usize))> {
+        let guess = self.guess();
+        let read = |template: &mut Template| {
+            let (holes, end) = template.read_at(payload)?;
+            (framed || end == payload.len()).then_some((holes, end))
+        };
+        if let Some(shape) = self.shapes.get_mut(guess) {
+            if let Some(holes) = read(&mut shape.template) {
                 return Some((guess, holes));
             }
         }
+        if framed {
+            // The others are tried when the framer gives the payload alone (a miss here is
+            // often an event that goes on in the next chunk).
+            return None;
+        }
         self.shapes
-            .iter()
+            .iter_mut()
             .enumerate()
             .filter(|&(at, _)| at != guess)
-            .find_map(|(at, shape)| Some((at, shape.template.read(payload)?)))
+            .find_map(|(at, shape)| Some((at, read(&mut shape.template)?)))
+    }
+
+    /// The shape tried first: the one read after the last one last time.
+    fn guess(&self) -> usize {
+        self.shapes
+            .get(self.last)
+            .map_or(usize::MAX, |shape| shape.next)
+    }
+
+    /// A chunk the shape at `at` read, with its holes.
+    fn add_shaped(
+        &mut self,
+        at: usize,
+        (holes, _): (fast::Holes<'_>, usize),
+    ) -> Result<(), AccumulateError> {
+        self.clock += 1;
+        self.shapes[at].used = self.clock;
+        if let Some(before) = self.shapes.get_mut(self.last) {
+            before.next = at;
+        }
+        self.last = at;
+        self.add_templated(at, holes);
+        self.tally.events += 1;
+        self.cap.check(self.tally.events - 1)
+    }
+
+    /// The chunk at the start of `bytes` (raw SSE at an event boundary) taken whole, if it is
+    /// `data: PAYLOAD` and a blank line with a payload a kept shape reads (see
+    /// `Accumulate::add_framed`): added as [`add_json`](Self::add_json) adds it, so the framer
+    /// need not look for its line ends. A shape's payload has no CR or LF (see
+    /// [`Template::read_at`]), so these are the bytes the framer would frame as this event.
+    /// Returns the bytes taken, the payload's range and what `add_json` returns.
+    pub fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        const DATA: &[u8] = b"data: ";
+        // Too short for the shape tried (the start of an event that goes on in the next
+        // chunk, most often), or not a data line.
+        let shortest = self.shapes.get(self.guess())?.template.shortest();
+        if self.completion.is_none()
+            || shortest == 0
+            || bytes.len() < DATA.len() + shortest + 2
+            || !bytes.starts_with(DATA)
+        {
+            return None;
+        }
+        let (at, (holes, len)) = self.read_shape(&bytes[DATA.len()..], true)?;
+        let end = DATA.len() + len;
+        if bytes.get(end..end + 2)? != b"\n\n" || end > max_line {
+            return None;
+        }
+        Some((end + 2, DATA.len()..end, self.add_shaped(at, (holes, len))))
+    }
+
+    /// Whether [`add_framed`](Self::add_framed) may take a chunk: a shape is kept.
+    pub fn takes_framed(&self) -> bool {
+        self.completion.is_some() && self.shapes.iter().any(|shape| shape.template.is_learned())
     }
 
     fn forget_shapes(&mut self) {
@@ -295,7 +356,7 @@ impl ChatAccumulator {
     }
 
     /// A chunk of a learned shape: what the learned chunk did, with this one's holes.
-    fn add_templated(&mut self, slot: usize, mut holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
+    fn add_templated(&mut self, slot: usize, mut holes: fast::Holes<'_>) {
         let Some(completion) = self.completion.as_mut() else {
             return;
         };
@@ -1540,7 +1601,7 @@ mod tests {
         let mut general = ChatAccumulator::with_text_cap(cap);
         let mut templated = 0;
         for (n, line) in lines.iter().enumerate() {
-            templated += usize::from(fast.read_shape(line).is_some());
+            templated += usize::from(fast.read_shape(line, false).is_some());
             assert_eq!(
                 fast.add_json(line),
                 general.add_general(line),
@@ -1698,7 +1759,7 @@ mod tests {
             acc.add_json(line).unwrap();
         }
         assert!(
-            acc.read_shape(lines[2]).is_some(),
+            acc.read_shape(lines[2], false).is_some(),
             "a run is read by the template"
         );
         let mut templated = 0;
@@ -1734,14 +1795,14 @@ mod tests {
             acc.add_json(line).unwrap();
         }
         assert!(
-            acc.read_shape(lines[2]).is_some(),
+            acc.read_shape(lines[2], false).is_some(),
             "null logprobs, held: templated"
         );
         for line in &lines[2..5] {
             acc.add_json(line).unwrap();
         }
         assert!(
-            acc.read_shape(lines[5]).is_none(),
+            acc.read_shape(lines[5], false).is_none(),
             "a logprobs list is never templated"
         );
         let templated = agree(&lines, None);
@@ -1931,7 +1992,10 @@ mod tests {
                 acc.add_json(lines[2]).unwrap();
                 assert_eq!(kept(&acc), 1, "{pair:?} kept together");
             } else {
-                assert!(acc.read_shape(lines[2]).is_none(), "{pair:?} read as one");
+                assert!(
+                    acc.read_shape(lines[2], false).is_none(),
+                    "{pair:?} read as one"
+                );
             }
             for at in 1..lines.len() {
                 for mutated in mutations(lines[at]).into_iter().step_by(7) {

@@ -125,7 +125,7 @@ impl CompletionsAccumulator {
     }
 
     /// A chunk of the learned shape: what the learned chunk did, with this one's holes.
-    fn add_templated(&mut self, holes: [Option<Hole<'_>>; fast::MAX_HOLES]) {
+    fn add_templated(&mut self, holes: fast::Holes<'_>) {
         let Some(completion) = self.completion.as_mut() else {
             return;
         };

@@ -11,6 +11,7 @@
 //! reader's, [`crate::lex`] (`docs/internals-json.md`); this module is the event-specific part.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde_json::{Map, Number, Value};
 
@@ -879,6 +880,43 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A string in a buffer not validated as a whole (see [`Template::read`]), its bytes
+    /// validated as [`Reader::checked`] does: the text, unescaped (any escape, unlike
+    /// [`hole_string`](Self::hole_string)).
+    #[inline(always)]
+    fn hole_any_string(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.pos;
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let mut ascii = true;
+        let (end, stop) = string_stop(self.buf, start + 1, &mut ascii)?;
+        match stop {
+            b'"' => {
+                let bytes = &self.buf[start + 1..end];
+                let text = if ascii {
+                    // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
+                    unsafe { std::str::from_utf8_unchecked(bytes) }
+                } else {
+                    std::str::from_utf8(bytes).ok()?
+                };
+                self.pos = end + 1;
+                Some(Cow::Borrowed(text))
+            }
+            b'\\' => {
+                // To its closing quote, then validated and unescaped as a whole.
+                let close = known_string_end(self.buf, start)?;
+                let mut hole = Reader::checked(&self.buf[start..close])?;
+                let text = hole.string()?;
+                (hole.pos == close - start).then_some(())?;
+                self.pos = close;
+                Some(text)
+            }
+            // A control byte.
+            _ => None,
+        }
+    }
+
     /// [`skip_value`](Self::skip_value) in a buffer not validated as a whole (see
     /// [`Shape::read_framed`]): the value's bytes are validated as [`Reader::checked`] does.
     #[inline(always)]
@@ -1363,6 +1401,9 @@ fn known_string_end(buf: &[u8], quote: usize) -> Option<usize> {
 /// The most holes a [`Template`] has.
 pub(crate) const MAX_HOLES: usize = 4;
 
+/// The outputs of a payload a [`Template`] read, in order (the first ones; `None` after).
+pub(crate) type Holes<'a> = [Option<Hole<'a>>; MAX_HOLES];
+
 /// A hole's value in a chunk read by a [`Template`].
 #[derive(Debug)]
 pub(crate) enum Hole<'a> {
@@ -1427,6 +1468,12 @@ pub(crate) struct Template {
     /// What [`read`](Self::read) gives, in order: a text (the next text hole), or a value (its
     /// start and end in `learned`, and its number holes `first..last`).
     outputs: Vec<Output>,
+    /// The fewest bytes a payload of the shape takes: its fixed bytes, and the shortest hole
+    /// each hole can be (`""`, a digit).
+    shortest: usize,
+    /// The skip holes (bit `i`: `holes[i]`) a payload read had another string in. The others
+    /// are compared with the fixed bytes around them, in one run (see [`read`](Self::read)).
+    changing: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1446,6 +1493,9 @@ const MAX_NUMBERS: usize = 24;
 /// The most skip holes a [`Template`] has.
 const MAX_SKIPS: usize = 8;
 
+// Every hole has its bit in `Template::changing`.
+const _: () = assert!(MAX_NUMBERS + MAX_HOLES + MAX_SKIPS <= 64);
+
 impl Template {
     /// Whether a shape is learned (else every payload misses).
     pub(crate) fn is_learned(&self) -> bool {
@@ -1456,6 +1506,8 @@ impl Template {
         self.learned.clear();
         self.holes.clear();
         self.outputs.clear();
+        self.changing = 0;
+        self.shortest = 0;
     }
 
     /// Learns `payload`'s shape with `spans` (values [`entries`] read from this very payload,
@@ -1542,7 +1594,18 @@ impl Template {
             return None;
         }
         self.learned.extend_from_slice(payload);
+        self.shortest = self
+            .holes
+            .iter()
+            .fold(payload.len(), |n, &(start, end, kind)| {
+                n - (end - start) + if kind == HoleKind::Number { 1 } else { 2 }
+            });
         Some(())
+    }
+
+    /// The fewest bytes a payload of the learned shape takes (0: none learned).
+    pub(crate) fn shortest(&self) -> usize {
+        self.shortest
     }
 
     /// Learns `payload`'s shape from what a fast path noted reading it (see [`Learn`]), with
@@ -1597,33 +1660,56 @@ impl Template {
 
     /// The outputs of `payload` if it has the learned shape (see [`Template`]): each text's
     /// string, each value's JSON.
-    pub(crate) fn read<'a>(&self, payload: &'a [u8]) -> Option<[Option<Hole<'a>>; MAX_HOLES]> {
+    ///
+    /// A skip hole that held the learned string at every read so far (an `id`, a `model`) is
+    /// compared as part of the fixed run around it: the payload's bytes equal to the learned
+    /// ones there are the same whole string, ended where the learned one ends. Only when the
+    /// run differs is it read again hole by hole ([`run`](Self::run)), and a skip hole found
+    /// holding another string is read on its own from then on (an `obfuscation` padding).
+    pub(crate) fn read<'a>(&mut self, payload: &'a [u8]) -> Option<Holes<'a>> {
+        let (out, end) = self.read_at(payload)?;
+        (end == payload.len()).then_some(out)
+    }
+
+    /// [`read`](Self::read) of a payload at the start of `buf` that may go on after it (the
+    /// SSE bytes after a `data: `, see [`ChatAccumulator::add_framed`]): its outputs and where
+    /// it ends. The bytes read are validated as `read` validates them, so they hold no CR or
+    /// LF (control bytes).
+    ///
+    /// [`ChatAccumulator::add_framed`]: super::ChatAccumulator::add_framed
+    pub(crate) fn read_at<'a>(&mut self, payload: &'a [u8]) -> Option<(Holes<'a>, usize)> {
         if self.learned.is_empty() {
             return None;
         }
-        let mut r = Reader::checked(payload)?;
+        // Not validated as a whole (see [`read_framed`](Shape::read_framed)): the bytes equal to
+        // the learned ones are UTF-8 without control bytes, as the learned payload is, and each
+        // hole is validated on its own. So only methods that read `buf` are used.
+        let mut r = Reader {
+            buf: payload,
+            text: "",
+            pos: 0,
+        };
         let mut out = [None, None, None, None];
         // Each output filled as its holes are read (they come in the outputs' order): the next
         // output, and where the value being read starts in `payload`.
         let (mut next, mut value_begin) = (0, 0);
-        let mut from = 0;
-        for (i, &(start, end, kind)) in self.holes.iter().enumerate() {
-            let fixed = &self.learned[from..start];
-            if !same(r.buf.get(r.pos..r.pos + fixed.len())?, fixed) {
-                return None;
+        // The run being compared: from `from` in `learned` (at `r.pos` in the payload), its
+        // skip holes from `deferred` on.
+        let (mut from, mut deferred) = (0, 0);
+        for i in 0..self.holes.len() {
+            let (start, end, kind) = self.holes[i];
+            if kind == HoleKind::Skip && self.changing & (1 << i) == 0 {
+                continue;
             }
-            r.pos += fixed.len();
+            self.run(&mut r, from, deferred..i, start)?;
             let begin = r.pos;
             match kind {
                 HoleKind::Text => {
-                    *out.get_mut(next)? = Some(Hole::Text(r.string()?));
+                    *out.get_mut(next)? = Some(Hole::Text(r.hole_any_string()?));
                     next += 1;
                 }
                 HoleKind::Skip => {
-                    if r.peek()? != b'"' {
-                        return None;
-                    }
-                    r.skip_value()?;
+                    r.hole_any_string()?;
                 }
                 HoleKind::Number => {
                     let mut lx = Lexer::new(r.buf);
@@ -1648,17 +1734,61 @@ impl Template {
                     }
                     if i + 1 == last {
                         let stop = r.pos + (value_end - end);
-                        out[next] = Some(Hole::Value(Raw(r.text.get(value_begin..stop)?)));
+                        // Learned bytes and numbers: UTF-8, checked all the same.
+                        let value = std::str::from_utf8(r.buf.get(value_begin..stop)?).ok()?;
+                        out[next] = Some(Hole::Value(Raw(value)));
                         next += 1;
                     }
                 }
             }
+            (from, deferred) = (end, i + 1);
+        }
+        self.run(&mut r, from, deferred..self.holes.len(), self.learned.len())?;
+        Some((out, r.pos))
+    }
+
+    /// Reads the learned bytes `from..to` at `r`'s position, the skip holes `skips` (all inside
+    /// it) included: at once when the payload has the very same bytes there, else run by run,
+    /// each skip hole's string read (and, if it is another, the hole noted in `changing`).
+    #[inline(always)]
+    fn run(
+        &mut self,
+        r: &mut Reader<'_>,
+        from: usize,
+        skips: Range<usize>,
+        to: usize,
+    ) -> Option<()> {
+        let whole = &self.learned[from..to];
+        match r.buf.get(r.pos..r.pos + whole.len()) {
+            Some(here) if same(here, whole) => {
+                r.pos += whole.len();
+                return Some(());
+            }
+            // A skip hole with a shorter string, perhaps.
+            _ if !skips.is_empty() => {}
+            _ => return None,
+        }
+        let mut from = from;
+        for i in skips {
+            let (start, end, _) = self.holes[i];
+            let fixed = &self.learned[from..start];
+            if !same(r.buf.get(r.pos..r.pos + fixed.len())?, fixed) {
+                return None;
+            }
+            r.pos += fixed.len();
+            let begin = r.pos;
+            r.hole_any_string()?;
+            if !same(&r.buf[begin..r.pos], &self.learned[start..end]) {
+                self.changing |= 1 << i;
+            }
             from = end;
         }
-        if !same(&r.buf[r.pos..], &self.learned[from..]) {
+        let fixed = &self.learned[from..to];
+        if !same(r.buf.get(r.pos..r.pos + fixed.len())?, fixed) {
             return None;
         }
-        Some(out)
+        r.pos += fixed.len();
+        Some(())
     }
 }
 

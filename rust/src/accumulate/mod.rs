@@ -222,7 +222,21 @@ impl_accumulate!(
         ResponseAccumulator::framed_prefix(self, bytes, max_line)
     }
 );
-impl_accumulate!(ChatAccumulator);
+impl_accumulate!(
+    ChatAccumulator,
+    #[inline]
+    fn add_framed(
+        &mut self,
+        bytes: &[u8],
+        max_line: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+        ChatAccumulator::add_framed(self, bytes, max_line)
+    },
+    #[inline]
+    fn takes_framed(&self) -> bool {
+        ChatAccumulator::takes_framed(self)
+    }
+);
 impl_accumulate!(RealtimeAccumulator);
 impl_accumulate!(GeminiAccumulator);
 impl_accumulate!(CompletionsAccumulator);

@@ -87,27 +87,36 @@ fn split(bytes: &[u8], size: usize) -> Vec<&[u8]> {
     bytes.chunks(size.max(1)).collect()
 }
 
-/// Compares the two ways at one chunking; returns the events taken whole.
-fn same_both_ways(bytes: &[u8], size: usize, cap: Option<usize>, text_cap: Option<usize>) -> u64 {
+/// Compares the two ways at one chunking for the accumulators `new` makes (from a text cap);
+/// returns the events taken whole.
+fn both_ways<A: Accumulate>(
+    new: fn(Option<usize>) -> A,
+    bytes: &[u8],
+    size: usize,
+    cap: Option<usize>,
+    text_cap: Option<usize>,
+) -> u64 {
     let chunks = split(bytes, size);
-    let expected = plain(ResponseAccumulator::with_text_cap(text_cap), cap, &chunks);
-    let (got, taken) = tapped(ResponseAccumulator::with_text_cap(text_cap), cap, &chunks);
+    let expected = plain(new(text_cap), cap, &chunks);
+    let (got, taken) = tapped(new(text_cap), cap, &chunks);
     assert_eq!(
         got,
         expected,
         "chunks of {size}, cap {cap:?}, text cap {text_cap:?}:\n{}",
         String::from_utf8_lossy(bytes)
     );
-    // Chat and Realtime take nothing whole: their tap is the plain way.
-    assert_eq!(
-        plain(ChatAccumulator::with_text_cap(text_cap), cap, &chunks),
-        {
-            let (o, t) = tapped(ChatAccumulator::with_text_cap(text_cap), cap, &chunks);
-            assert_eq!(t, 0);
-            o
-        }
-    );
     taken
+}
+
+/// [`both_ways`] for the Responses and Chat accumulators; returns the events they took whole.
+fn same_both_ways(bytes: &[u8], size: usize, cap: Option<usize>, text_cap: Option<usize>) -> u64 {
+    both_ways(
+        ResponseAccumulator::with_text_cap,
+        bytes,
+        size,
+        cap,
+        text_cap,
+    ) + both_ways(ChatAccumulator::with_text_cap, bytes, size, cap, text_cap)
 }
 
 /// A Responses stream as OpenAI sends it: lifecycle events, then deltas of every kind of text
@@ -332,27 +341,24 @@ fn the_corpus_is_the_same_both_ways() {
     assert!(taken > 1000, "{taken} events taken whole");
 }
 
-/// [`same_both_ways`] for the Anthropic accumulator.
+/// [`both_ways`] for the Anthropic accumulator.
 fn anthropic_both_ways(
     bytes: &[u8],
     size: usize,
     cap: Option<usize>,
     text_cap: Option<usize>,
 ) -> u64 {
-    let chunks = split(bytes, size);
-    let expected = plain(AnthropicAccumulator::with_text_cap(text_cap), cap, &chunks);
-    let (got, taken) = tapped(AnthropicAccumulator::with_text_cap(text_cap), cap, &chunks);
-    assert_eq!(
-        got,
-        expected,
-        "chunks of {size}, cap {cap:?}, text cap {text_cap:?}:\n{}",
-        String::from_utf8_lossy(bytes)
-    );
-    taken
+    both_ways(
+        AnthropicAccumulator::with_text_cap,
+        bytes,
+        size,
+        cap,
+        text_cap,
+    )
 }
 
-fn anthropic_recordings() -> Vec<Vec<u8>> {
-    let mut out: Vec<Vec<u8>> = std::fs::read_dir(corpus_dir("anthropic"))
+fn recordings(kind: &str) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = std::fs::read_dir(corpus_dir(kind))
         .unwrap()
         .map(|e| std::fs::read(e.unwrap().path()).unwrap())
         .collect();
@@ -363,7 +369,7 @@ fn anthropic_recordings() -> Vec<Vec<u8>> {
 #[test]
 fn anthropic_corpus_is_the_same_both_ways() {
     let mut taken = 0;
-    for bytes in anthropic_recordings() {
+    for bytes in recordings("anthropic") {
         for &size in &[1, 7, 64, 512, usize::MAX] {
             taken += anthropic_both_ways(&bytes, size, Some(16 << 20), None);
         }
@@ -376,7 +382,7 @@ fn anthropic_corpus_is_the_same_both_ways() {
 
 #[test]
 fn anthropic_line_caps_and_odd_framing_are_the_same_both_ways() {
-    let recordings = anthropic_recordings();
+    let recordings = recordings("anthropic");
     let base = recordings
         .iter()
         .max_by_key(|r| r.len() < 30_000 && r.len() > 10_000)
@@ -411,5 +417,107 @@ fn anthropic_line_caps_and_odd_framing_are_the_same_both_ways() {
     }
     for (s, size, cap) in random_edits(base, 300) {
         anthropic_both_ways(&s, size, cap, None);
+    }
+}
+
+/// [`both_ways`] for the Chat accumulator.
+fn chat_both_ways(bytes: &[u8], size: usize, cap: Option<usize>, text_cap: Option<usize>) -> u64 {
+    both_ways(ChatAccumulator::with_text_cap, bytes, size, cap, text_cap)
+}
+
+/// The Chat tap takes the chunks a kept shape reads whole (`ChatAccumulator::add_framed`):
+/// on every chat recording, at every chunking and text cap, with the plain way's result.
+#[test]
+fn chat_corpus_is_the_same_both_ways() {
+    let mut taken = 0;
+    for bytes in recordings("chat") {
+        for &size in &[1, 7, 64, 512, usize::MAX] {
+            taken += chat_both_ways(&bytes, size, Some(16 << 20), None);
+        }
+        for text_cap in [Some(0), Some(10), Some(300)] {
+            chat_both_ways(&bytes, 100, Some(16 << 20), text_cap);
+        }
+    }
+    assert!(taken > 1000, "{taken} chunks taken whole");
+}
+
+#[test]
+fn chat_line_caps_and_odd_framing_are_the_same_both_ways() {
+    let recordings = recordings("chat");
+    // The recordings with the longest text run and the most tool call deltas.
+    let most = |needle: &str| {
+        recordings
+            .iter()
+            .max_by_key(|r| String::from_utf8_lossy(r).matches(needle).count())
+            .unwrap()
+    };
+    for base in [most("\"content\":\""), most("\"tool_calls\"")] {
+        odd_chat_framings(base);
+    }
+}
+
+fn odd_chat_framings(base: &[u8]) {
+    let text = String::from_utf8(base.to_vec()).unwrap();
+    // Caps at and next to the data lines' lengths, so that some chunks of a kept shape are
+    // the first over the cap.
+    let mut lengths: Vec<usize> = text.lines().map(str::len).filter(|&n| n > 0).collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    assert!(lengths.len() > 3, "{} line lengths", lengths.len());
+    let mut taken = 0;
+    for &n in lengths.iter().step_by((lengths.len() / 10).max(1)) {
+        for cap in [n - 1, n, n + 1] {
+            for size in [97, 512] {
+                taken += chat_both_ways(base, size, Some(cap), None);
+            }
+        }
+    }
+    assert!(taken > 100, "{taken} chunks taken whole under line caps");
+    // A chunk of a kept shape longer than any before it (most first chunks are the longest):
+    // the first line over caps next to its length.
+    let at = text
+        .match_indices("\":\"")
+        .nth(60)
+        .map_or(text.len() / 2, |(at, _)| at + 3);
+    let long = format!("{}{}{}", &text[..at], "x".repeat(700), &text[at..]);
+    let line = long[..at].rfind('\n').map_or(0, |n| n + 1);
+    let n = long[line..].find('\n').unwrap();
+    let mut taken = 0;
+    for cap in [n - 1, n, n + 1] {
+        for size in [97, 512, usize::MAX] {
+            taken += chat_both_ways(long.as_bytes(), size, Some(cap), None);
+        }
+    }
+    assert!(
+        taken > 10,
+        "{taken} chunks taken whole before and after a long one"
+    );
+    let variants = [
+        text.replace("\n\n", "\r\n\r\n"),
+        text.replacen("\n\n", "\r\n\n", 40),
+        text.replace("data: ", "data:"),
+        text.replacen("\ndata: ", "\nevent: chunk\ndata: ", 30),
+        text.replacen("\n\n", "\n\n: keep-alive\n\n", 30),
+        text.replacen("\n\n", "\nid: 7\n\n", 30),
+        text.replacen("\ndata: ", "\ndata: {}\ndata: ", 30),
+        text.replacen("\"content\":\"", "\"content\":\"\\ud800", 40),
+        text.replacen("\"content\":\"", "\"content\":\"\\u00e9\\n", 40),
+        text.replacen("\"content\":\"", "\"content\":\"\t", 40),
+        text.replacen("\"content\":\"", "\"content\":\"\u{e9}\u{1f600}", 40),
+        text.replacen("\"arguments\":\"", "\"arguments\":\"\\\"\\u00e9", 40),
+        text.replacen("\"index\":0", "\"index\":00", 40),
+        text.replacen("}]}", "}],\"x\":1}", 40),
+        // A CR ends the data line (the framer's way), even where JSON would take it as space.
+        text.replacen("}\n", "\r}\n", 40),
+        text.replacen("}\n", "}\r\n", 40),
+        text.replacen("}\n", "} \r\n", 40),
+    ];
+    for variant in &variants {
+        for &size in &[1, 3, 64, 300, 512, usize::MAX] {
+            chat_both_ways(variant.as_bytes(), size, Some(16 << 20), None);
+        }
+    }
+    for (s, size, cap) in random_edits(base, 300) {
+        chat_both_ways(&s, size, cap, None);
     }
 }
