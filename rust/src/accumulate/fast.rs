@@ -904,13 +904,37 @@ impl<'a> Reader<'a> {
                 Some(Cow::Borrowed(text))
             }
             b'\\' => {
-                // To its closing quote, then validated and unescaped as a whole.
-                let close = known_string_end(self.buf, start)?;
-                let mut hole = Reader::checked(&self.buf[start..close])?;
-                let text = hole.string()?;
-                (hole.pos == close - start).then_some(())?;
-                self.pos = close;
-                Some(text)
+                // Unescaped in one pass, each run between escapes validated as it is copied
+                // (a run starts and ends next to ASCII bytes, so no character is cut).
+                let mut out = String::with_capacity(end - start + 16);
+                let (mut from, mut stop) = (start + 1, end);
+                loop {
+                    let run = &self.buf[from..stop];
+                    out.push_str(if ascii {
+                        // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
+                        unsafe { std::str::from_utf8_unchecked(run) }
+                    } else {
+                        std::str::from_utf8(run).ok()?
+                    });
+                    match self.buf[stop] {
+                        b'"' => {
+                            self.pos = stop + 1;
+                            return Some(Cow::Owned(out));
+                        }
+                        b'\\' => {
+                            let escaped = *self.buf.get(stop + 1)?;
+                            from = stop + 2;
+                            match escaped {
+                                b'u' => out.push(unicode_escape_at(self.buf, &mut from)?),
+                                _ => out.push(char::from(simple_escape(escaped)?)),
+                            }
+                        }
+                        // A control byte.
+                        _ => return None,
+                    }
+                    ascii = true;
+                    stop = string_stop(self.buf, from, &mut ascii)?.0;
+                }
             }
             // A control byte.
             _ => None,
@@ -1693,6 +1717,8 @@ impl Template {
         // Each output filled as its holes are read (they come in the outputs' order): the next
         // output, and where the value being read starts in `payload`.
         let (mut next, mut value_begin) = (0, 0);
+        // Where each value output is in `payload`.
+        let mut values = [(0, 0); MAX_HOLES];
         // The run being compared: from `from` in `learned` (at `r.pos` in the payload), its
         // skip holes from `deferred` on.
         let (mut from, mut deferred) = (0, 0);
@@ -1734,9 +1760,10 @@ impl Template {
                     }
                     if i + 1 == last {
                         let stop = r.pos + (value_end - end);
-                        // Learned bytes and numbers: UTF-8, checked all the same.
-                        let value = std::str::from_utf8(r.buf.get(value_begin..stop)?).ok()?;
-                        out[next] = Some(Hole::Value(Raw(value)));
+                        // Given out once the whole payload is read (its last bytes are not
+                        // compared yet).
+                        *values.get_mut(next)? = (value_begin, stop);
+                        out[next] = Some(Hole::Value(Raw("")));
                         next += 1;
                     }
                 }
@@ -1744,6 +1771,17 @@ impl Template {
             (from, deferred) = (end, i + 1);
         }
         self.run(&mut r, from, deferred..self.holes.len(), self.learned.len())?;
+        for (hole, &(start, end)) in out.iter_mut().zip(&values) {
+            if let Some(Hole::Value(raw)) = hole {
+                let bytes = &payload[start..end];
+                debug_assert!(std::str::from_utf8(bytes).is_ok());
+                // SAFETY: every byte read is one equal to the learned payload's (UTF-8, cut
+                // next to ASCII bytes: delimiters, a number's first and last) or a hole's,
+                // validated (a string as `Reader::checked` would, a number by its grammar):
+                // UTF-8.
+                *raw = Raw(unsafe { std::str::from_utf8_unchecked(bytes) });
+            }
+        }
         Some((out, r.pos))
     }
 
@@ -1864,6 +1902,68 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 5_000, "{checked}");
+    }
+
+    /// `hole_any_string` (a template's text and skip holes, in bytes not validated as a whole)
+    /// takes exactly the strings the reader takes from the same bytes validated, with the same
+    /// text and end: escapes of every kind, surrogate pairs and lone ones, raw UTF-8 and bytes
+    /// that are not, control bytes, runs longer than a vector.
+    #[test]
+    fn hole_any_string_reads_what_the_reader_reads() {
+        let pieces: [&[u8]; 22] = [
+            b"a",
+            b"\\n",
+            b"\\\"",
+            b"\\\\",
+            b"\\/",
+            b"\\b",
+            b"\\f",
+            b"\\r",
+            b"\\t",
+            "\u{e9}".as_bytes(),
+            "\u{1f600}".as_bytes(),
+            b" ",
+            b"\\u00e9",
+            b"\\ud83d\\ude00",
+            b"\\ud800",
+            b"\\q",
+            b"\x01",
+            b"\x1f",
+            b"\xff",
+            b"\xc3",
+            b"\\",
+            b"abcdefghijklmnopqrstuvwxyz0123456789",
+        ];
+        let mut next = crate::accumulate::xorshift();
+        let (mut read, mut refused) = (0, 0);
+        for _ in 0..30_000 {
+            let mut json = b"\"".to_vec();
+            for _ in 0..next() % 8 {
+                json.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
+            }
+            json.extend_from_slice(b"\",\"rest\"");
+            let reference = known_string_end(&json, 0).and_then(|close| {
+                let mut r = Reader::checked(&json[..close])?;
+                let text = r.string()?.into_owned();
+                (r.pos == close).then_some((text, close))
+            });
+            let mut r = Reader {
+                buf: &json,
+                text: "",
+                pos: 0,
+            };
+            let got = r.hole_any_string().map(|text| (text.into_owned(), r.pos));
+            assert_eq!(got, reference, "{:?}", String::from_utf8_lossy(&json));
+            if got.is_some() {
+                read += 1;
+            } else {
+                refused += 1;
+            }
+        }
+        assert!(
+            read > 5_000 && refused > 5_000,
+            "{read} read, {refused} refused"
+        );
     }
 
     #[test]
