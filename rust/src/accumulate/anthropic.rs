@@ -249,6 +249,12 @@ impl AnthropicAccumulator {
         ))
     }
 
+    /// Whether [`add_framed`](Self::add_framed) may take an event: always (it reads the
+    /// deltas of any block).
+    pub fn takes_framed(&self) -> bool {
+        true
+    }
+
     /// Whether `bytes` (the end of a chunk, at an event boundary) starts an event that
     /// [`add_framed`](Self::add_framed) could take, which the framer holds back for the next
     /// chunk: a prefix of `event: content_block_delta\ndata: `, or those lines and a data line

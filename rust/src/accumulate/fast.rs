@@ -632,6 +632,18 @@ fn field(key: &[u8]) -> Field {
     }
 }
 
+/// A run of a string's bytes (between escapes, so cut next to ASCII bytes) as text: validated
+/// as UTF-8 unless `ascii` says every byte is below 0x80.
+#[inline(always)]
+fn run_text(run: &[u8], ascii: bool) -> Option<&str> {
+    if ascii {
+        // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(run) })
+    } else {
+        std::str::from_utf8(run).ok()
+    }
+}
+
 impl<'a> Reader<'a> {
     /// A reader of `payload`, if it is UTF-8 without control bytes.
     #[inline]
@@ -846,27 +858,30 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// A string in a buffer not validated as a whole (see [`Shape::read_framed`]), its bytes
-    /// validated as [`Reader::checked`] does, not built: the text, or with escapes their
-    /// validated contents (a `\u` escape is refused, as [`skip_string`](Self::skip_string)
-    /// refuses it).
+    /// The string at the reader's position, in a buffer not validated as a whole, up to its
+    /// first byte that needs a closer look: where it starts, where that byte is, the byte (`"`,
+    /// `\`, a control byte) and whether the bytes before it are ASCII.
     #[inline(always)]
-    fn hole_text(&mut self) -> Option<Text<'a>> {
+    fn hole_run(&self) -> Option<(usize, usize, u8, bool)> {
         let start = self.pos;
         if self.peek()? != b'"' {
             return None;
         }
         let mut ascii = true;
         let (end, stop) = string_stop(self.buf, start + 1, &mut ascii)?;
+        Some((start, end, stop, ascii))
+    }
+
+    /// A string in a buffer not validated as a whole (see [`Shape::read_framed`]), its bytes
+    /// validated as [`Reader::checked`] does, not built: the text, or with escapes their
+    /// validated contents (a `\u` escape is refused, as [`skip_string`](Self::skip_string)
+    /// refuses it).
+    #[inline(always)]
+    fn hole_text(&mut self) -> Option<Text<'a>> {
+        let (start, end, stop, ascii) = self.hole_run()?;
         match stop {
             b'"' => {
-                let bytes = &self.buf[start + 1..end];
-                let text = if ascii {
-                    // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
-                    unsafe { std::str::from_utf8_unchecked(bytes) }
-                } else {
-                    std::str::from_utf8(bytes).ok()?
-                };
+                let text = run_text(&self.buf[start + 1..end], ascii)?;
                 self.pos = end + 1;
                 Some(Text::Plain(text))
             }
@@ -885,21 +900,10 @@ impl<'a> Reader<'a> {
     /// [`hole_string`](Self::hole_string)).
     #[inline(always)]
     fn hole_any_string(&mut self) -> Option<Cow<'a, str>> {
-        let start = self.pos;
-        if self.peek()? != b'"' {
-            return None;
-        }
-        let mut ascii = true;
-        let (end, stop) = string_stop(self.buf, start + 1, &mut ascii)?;
+        let (start, end, stop, mut ascii) = self.hole_run()?;
         match stop {
             b'"' => {
-                let bytes = &self.buf[start + 1..end];
-                let text = if ascii {
-                    // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
-                    unsafe { std::str::from_utf8_unchecked(bytes) }
-                } else {
-                    std::str::from_utf8(bytes).ok()?
-                };
+                let text = run_text(&self.buf[start + 1..end], ascii)?;
                 self.pos = end + 1;
                 Some(Cow::Borrowed(text))
             }
@@ -909,13 +913,7 @@ impl<'a> Reader<'a> {
                 let mut out = String::with_capacity(end - start + 16);
                 let (mut from, mut stop) = (start + 1, end);
                 loop {
-                    let run = &self.buf[from..stop];
-                    out.push_str(if ascii {
-                        // SAFETY: every byte is below 0x80: ASCII, which is valid UTF-8.
-                        unsafe { std::str::from_utf8_unchecked(run) }
-                    } else {
-                        std::str::from_utf8(run).ok()?
-                    });
+                    out.push_str(run_text(&self.buf[from..stop], ascii)?);
                     match self.buf[stop] {
                         b'"' => {
                             self.pos = stop + 1;

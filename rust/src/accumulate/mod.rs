@@ -148,6 +148,25 @@ pub trait Accumulate {
 }
 
 macro_rules! impl_accumulate {
+    // An accumulator that takes whole events itself: its `add_framed` and `takes_framed`.
+    ($t:ty, framed $(, $extra:item)*) => {
+        impl_accumulate!(
+            $t,
+            #[inline]
+            fn add_framed(
+                &mut self,
+                bytes: &[u8],
+                max_line: usize,
+            ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
+                <$t>::add_framed(self, bytes, max_line)
+            },
+            #[inline]
+            fn takes_framed(&self) -> bool {
+                <$t>::takes_framed(self)
+            }
+            $(, $extra)*
+        );
+    };
     ($t:ty $(, $extra:item)*) => {
         impl Accumulate for $t {
             fn add_json(&mut self, payload: &[u8]) -> Result<(), AccumulateError> {
@@ -200,62 +219,26 @@ impl_new!(
 
 impl_accumulate!(
     ResponseAccumulator,
+    framed,
     fn add_sse(&mut self, name: &[u8], payload: &[u8]) -> Result<(), AccumulateError> {
         ResponseAccumulator::add_sse(self, name, payload)
     },
-    #[inline]
-    fn add_framed(
-        &mut self,
-        bytes: &[u8],
-        max_line: usize,
-    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
-        ResponseAccumulator::add_framed(self, bytes, max_line)
-    },
     fn framed_name(&self) -> &[u8] {
         ResponseAccumulator::framed_name(self)
-    },
-    #[inline]
-    fn takes_framed(&self) -> bool {
-        ResponseAccumulator::takes_framed(self)
     },
     fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
         ResponseAccumulator::framed_prefix(self, bytes, max_line)
     }
 );
-impl_accumulate!(
-    ChatAccumulator,
-    #[inline]
-    fn add_framed(
-        &mut self,
-        bytes: &[u8],
-        max_line: usize,
-    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
-        ChatAccumulator::add_framed(self, bytes, max_line)
-    },
-    #[inline]
-    fn takes_framed(&self) -> bool {
-        ChatAccumulator::takes_framed(self)
-    }
-);
+impl_accumulate!(ChatAccumulator, framed);
 impl_accumulate!(RealtimeAccumulator);
 impl_accumulate!(GeminiAccumulator);
 impl_accumulate!(CompletionsAccumulator);
 impl_accumulate!(
     AnthropicAccumulator,
-    #[inline]
-    fn add_framed(
-        &mut self,
-        bytes: &[u8],
-        max_line: usize,
-    ) -> Option<(usize, std::ops::Range<usize>, Result<(), AccumulateError>)> {
-        AnthropicAccumulator::add_framed(self, bytes, max_line)
-    },
+    framed,
     fn framed_name(&self) -> &[u8] {
         b"content_block_delta"
-    },
-    #[inline]
-    fn takes_framed(&self) -> bool {
-        true
     },
     fn framed_prefix(&self, bytes: &[u8], max_line: usize) -> bool {
         AnthropicAccumulator::framed_prefix(self, bytes, max_line)

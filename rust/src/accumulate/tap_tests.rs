@@ -276,9 +276,27 @@ fn odd_framing_is_the_same_both_ways() {
         base.replacen("\"logprobs\":[]", "\"logprobs\":[1]", 14),
     ];
     for variant in &variants {
-        for &size in &[1, 3, 64, 300, 512, usize::MAX] {
-            same_both_ways(variant.as_bytes(), size, Some(16 << 20), None);
-        }
+        at_odd_chunkings(same_both_ways, variant.as_bytes());
+    }
+}
+
+/// A way of comparing the two (`same_both_ways`, `chat_both_ways`...).
+type BothWays = fn(&[u8], usize, Option<usize>, Option<usize>) -> u64;
+
+/// `both` on `bytes` at odd chunkings.
+fn at_odd_chunkings(both: BothWays, bytes: &[u8]) {
+    for &size in &[1, 3, 64, 300, 512, usize::MAX] {
+        both(bytes, size, Some(16 << 20), None);
+    }
+}
+
+/// `both` on each of `variants` at odd chunkings, and on 300 random edits of `base`.
+fn variants_both_ways(both: BothWays, base: &[u8], variants: &[String]) {
+    for variant in variants {
+        at_odd_chunkings(both, variant.as_bytes());
+    }
+    for (s, size, cap) in random_edits(base, 300) {
+        both(&s, size, cap, None);
     }
 }
 
@@ -366,17 +384,24 @@ fn recordings(kind: &str) -> Vec<Vec<u8>> {
     out
 }
 
-#[test]
-fn anthropic_corpus_is_the_same_both_ways() {
+/// `both` on every recording of `kind` at five chunkings and three text caps; returns the
+/// events taken whole.
+fn corpus_both_ways(both: BothWays, kind: &str) -> u64 {
     let mut taken = 0;
-    for bytes in recordings("anthropic") {
+    for bytes in recordings(kind) {
         for &size in &[1, 7, 64, 512, usize::MAX] {
-            taken += anthropic_both_ways(&bytes, size, Some(16 << 20), None);
+            taken += both(&bytes, size, Some(16 << 20), None);
         }
         for text_cap in [Some(0), Some(10), Some(300)] {
-            anthropic_both_ways(&bytes, 100, Some(16 << 20), text_cap);
+            both(&bytes, 100, Some(16 << 20), text_cap);
         }
     }
+    taken
+}
+
+#[test]
+fn anthropic_corpus_is_the_same_both_ways() {
+    let taken = corpus_both_ways(anthropic_both_ways, "anthropic");
     assert!(taken > 1000, "{taken} events taken whole");
 }
 
@@ -410,14 +435,7 @@ fn anthropic_line_caps_and_odd_framing_are_the_same_both_ways() {
         text.replacen("\"}}\n", "\"}}\r\n", 9),
         text.replacen("\"}}\n", "\"} }\r\n", 9),
     ];
-    for variant in &variants {
-        for &size in &[1, 3, 64, 300, 512, usize::MAX] {
-            anthropic_both_ways(variant.as_bytes(), size, Some(16 << 20), None);
-        }
-    }
-    for (s, size, cap) in random_edits(base, 300) {
-        anthropic_both_ways(&s, size, cap, None);
-    }
+    variants_both_ways(anthropic_both_ways, base, &variants);
 }
 
 /// [`both_ways`] for the Chat accumulator.
@@ -429,15 +447,7 @@ fn chat_both_ways(bytes: &[u8], size: usize, cap: Option<usize>, text_cap: Optio
 /// on every chat recording, at every chunking and text cap, with the plain way's result.
 #[test]
 fn chat_corpus_is_the_same_both_ways() {
-    let mut taken = 0;
-    for bytes in recordings("chat") {
-        for &size in &[1, 7, 64, 512, usize::MAX] {
-            taken += chat_both_ways(&bytes, size, Some(16 << 20), None);
-        }
-        for text_cap in [Some(0), Some(10), Some(300)] {
-            chat_both_ways(&bytes, 100, Some(16 << 20), text_cap);
-        }
-    }
+    let taken = corpus_both_ways(chat_both_ways, "chat");
     assert!(taken > 1000, "{taken} chunks taken whole");
 }
 
@@ -512,12 +522,5 @@ fn odd_chat_framings(base: &[u8]) {
         text.replacen("}\n", "}\r\n", 40),
         text.replacen("}\n", "} \r\n", 40),
     ];
-    for variant in &variants {
-        for &size in &[1, 3, 64, 300, 512, usize::MAX] {
-            chat_both_ways(variant.as_bytes(), size, Some(16 << 20), None);
-        }
-    }
-    for (s, size, cap) in random_edits(base, 300) {
-        chat_both_ways(&s, size, cap, None);
-    }
+    variants_both_ways(chat_both_ways, base, &variants);
 }
