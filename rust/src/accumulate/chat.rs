@@ -246,7 +246,7 @@ impl ChatAccumulator {
                 return self.cap.check(self.tally.events - 1);
             }
         } else {
-            if let Some((at, holes)) = self.read_shape(payload, false) {
+            if let Some((at, holes, _)) = self.read_shape(payload, false) {
                 return self.add_shaped(at, holes);
             }
             if self.add_fast(payload).is_some() {
@@ -269,15 +269,15 @@ impl ChatAccumulator {
         &mut self,
         payload: &'p [u8],
         framed: bool,
-    ) -> Option<(usize, (fast::Holes<'p>, usize))> {
+    ) -> Option<(usize, fast::Holes<'p>, usize)> {
         let guess = self.guess();
         let read = |template: &mut Template| {
             let (holes, end) = template.read_at(payload)?;
             (framed || end == payload.len()).then_some((holes, end))
         };
         if let Some(shape) = self.shapes.get_mut(guess) {
-            if let Some(holes) = read(&mut shape.template) {
-                return Some((guess, holes));
+            if let Some((holes, end)) = read(&mut shape.template) {
+                return Some((guess, holes, end));
             }
         }
         if framed {
@@ -289,7 +289,10 @@ impl ChatAccumulator {
             .iter_mut()
             .enumerate()
             .filter(|&(at, _)| at != guess)
-            .find_map(|(at, shape)| Some((at, read(&mut shape.template)?)))
+            .find_map(|(at, shape)| {
+                let (holes, end) = read(&mut shape.template)?;
+                Some((at, holes, end))
+            })
     }
 
     /// The shape tried first: the one read after the last one last time.
@@ -300,11 +303,7 @@ impl ChatAccumulator {
     }
 
     /// A chunk the shape at `at` read, with its holes.
-    fn add_shaped(
-        &mut self,
-        at: usize,
-        (holes, _): (fast::Holes<'_>, usize),
-    ) -> Result<(), AccumulateError> {
+    fn add_shaped(&mut self, at: usize, holes: fast::Holes<'_>) -> Result<(), AccumulateError> {
         self.clock += 1;
         self.shapes[at].used = self.clock;
         if let Some(before) = self.shapes.get_mut(self.last) {
@@ -338,17 +337,21 @@ impl ChatAccumulator {
         {
             return None;
         }
-        let (at, (holes, len)) = self.read_shape(&bytes[DATA.len()..], true)?;
+        let (at, holes, len) = self.read_shape(&bytes[DATA.len()..], true)?;
         let end = DATA.len() + len;
         if bytes.get(end..end + 2)? != b"\n\n" || end > max_line {
             return None;
         }
-        Some((end + 2, DATA.len()..end, self.add_shaped(at, (holes, len))))
+        Some((end + 2, DATA.len()..end, self.add_shaped(at, holes)))
     }
 
-    /// Whether [`add_framed`](Self::add_framed) may take a chunk: a shape is kept.
+    /// Whether [`add_framed`](Self::add_framed) may take a chunk: the shape it tries is kept.
     pub fn takes_framed(&self) -> bool {
-        self.completion.is_some() && self.shapes.iter().any(|shape| shape.template.is_learned())
+        self.completion.is_some()
+            && self
+                .shapes
+                .get(self.guess())
+                .is_some_and(|shape| shape.template.is_learned())
     }
 
     fn forget_shapes(&mut self) {
