@@ -1,5 +1,12 @@
 //! The PyO3 binding layer: converts types and raises exceptions; the work is done by the core.
 
+/// The extension's Rust allocations go to mimalloc: a short stream's tap makes and frees many
+/// small maps and strings (a choice, a tool call, the first chunk's top level), and glibc's
+/// malloc and free were a seventh of its instructions. Python's own objects keep Python's
+/// allocator; only what the Rust core allocates is mimalloc's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod accumulate;
 mod adrain;
 mod decoding;
