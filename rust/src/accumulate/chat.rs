@@ -56,8 +56,8 @@ use serde_json::{Map, Number, Value};
 
 use super::fast::{self, Hole, Raw, Template};
 use super::{
-    fast_top_with, is_done_marker, json, openai_first_members, openai_top_level,
-    openai_top_level_of, position_by_index, replace_fields, AccumulateError, ChunkHead, RawEntries,
+    fast_top_with, is_done_marker, json, member, member_mut, openai_first_members,
+    openai_top_level, openai_top_level_of, position_by_index, value_member, replace_fields, AccumulateError, ChunkHead, RawEntries,
     Replaced, Str, Tally, TextCap,
 };
 
@@ -521,7 +521,7 @@ impl ChatAccumulator {
             noted_set(&mut learn, What::Top(key), raw);
             // A vendor member of the shape replaces itself with the same value at every hit.
             let value = value_of(raw);
-            match completion.get_mut(key) {
+            match member_mut(completion, key) {
                 Some(slot) => *slot = value,
                 None => {
                     completion.insert(key.to_owned(), value);
@@ -612,14 +612,14 @@ impl ChatAccumulator {
                 Some(())
             });
             let mut fresh = fresh_choice(index, fields);
-            if let (Some(delta), Some(Value::Object(message))) = (delta, fresh.get_mut("message")) {
+            if let (Some(delta), Some(Value::Object(message))) = (delta, member_mut(&mut fresh, "message")) {
                 fast_delta(message, delta, self.choices.len(), learn, warnings, cap);
             }
             self.choices.push(fresh);
             return;
         };
         let ours = &mut self.choices[at];
-        if let (Some(delta), Some(Value::Object(message))) = (delta, ours.get_mut("message")) {
+        if let (Some(delta), Some(Value::Object(message))) = (delta, member_mut(ours, "message")) {
             fast_delta(message, delta, at, learn, warnings, cap);
         }
         if let Some(reason) = finish_reason {
@@ -633,7 +633,7 @@ impl ChatAccumulator {
             // Its lists are appended: not the same when done again, unless the choice holds a
             // logprobs object already and this one's lists are all null or empty (Snowflake's
             // `{"content":null,"refusal":null}` at every chunk), which changes nothing.
-            if !(matches!(ours.get("logprobs"), Some(Value::Object(_)))
+            if !(matches!(member(ours, "logprobs"), Some(Value::Object(_)))
                 && logprobs_add_nothing(&value))
             {
                 learn.ok = false;
@@ -823,7 +823,7 @@ fn merge_logprobs(choice: &mut Map<String, Value>, logprobs: Value) {
     let Value::Object(mut chunk_logprobs) = logprobs else {
         return;
     };
-    match choice.get_mut("logprobs") {
+    match member_mut(choice, "logprobs") {
         Some(Value::Object(ours)) => {
             for key in ["content", "refusal"] {
                 let Some(Value::Array(new)) = chunk_logprobs.remove(key) else {
@@ -914,7 +914,7 @@ fn walk<'m>(message: &'m mut Value, path: &[Step]) -> Option<&'m mut Map<String,
     let mut at = message;
     for step in path {
         at = match step {
-            Step::Key(key) => at.as_object_mut()?.get_mut(key)?,
+            Step::Key(key) => member_mut(at.as_object_mut()?, key)?,
             Step::Pos(n) => at.as_array_mut()?.get_mut(*n)?,
         };
     }
@@ -987,7 +987,7 @@ fn find_route(choice: &Map<String, Value>, path: &[Step], key: &str) -> Option<V
         key: &str,
     ) -> Option<&'v Value> {
         route.push(map.keys().position(|k| k == key)?);
-        map.get(key)
+        member(map, key)
     }
     let mut route = Vec::with_capacity(2 + path.len());
     let mut at = position(&mut route, choice, "message")?;
@@ -1062,7 +1062,7 @@ fn fast_entry<'a>(
     warnings: &mut Vec<String>,
     cap: &mut TextCap,
 ) {
-    match acc.get(key) {
+    match member(acc, key) {
         None | Some(Value::Null) => {
             if !raw_has_indexed_entries(delta) {
                 // Done again, the value would be merged, not inserted (a null stays null).
@@ -1083,7 +1083,7 @@ fn fast_entry<'a>(
         }
         Some(_) => {}
     }
-    let Some(current) = acc.get_mut(key) else {
+    let Some(current) = member_mut(acc, key) else {
         return;
     };
     match (current, delta.first()) {
@@ -1332,7 +1332,7 @@ fn merge_string(
     cap: &mut TextCap,
     capped: bool,
 ) {
-    match message.get_mut(key) {
+    match member_mut(message, key) {
         None | Some(Value::Null) => {
             if !capped || cap.admits(0, delta.len()) {
                 message.insert(key.to_owned(), Value::String(delta.into_owned()));
@@ -1407,7 +1407,7 @@ fn accumulate_entry(
     warnings: &mut Vec<String>,
     cap: &mut TextCap,
 ) {
-    match acc.get(key) {
+    match member(acc, key) {
         None | Some(Value::Null) => {
             if !has_indexed_entries(&delta) {
                 acc.insert(key.to_owned(), delta);
@@ -1423,7 +1423,7 @@ fn accumulate_entry(
         }
         Some(_) => {}
     }
-    let Some(current) = acc.get_mut(key) else {
+    let Some(current) = member_mut(acc, key) else {
         return;
     };
     match (current, delta) {
@@ -1474,8 +1474,8 @@ fn merge_list(
             warnings.push("chat: non-object list entry ignored".to_owned());
             continue;
         };
-        let index = entry.get("index").and_then(Value::as_u64);
-        let id = entry.get("id").filter(|id| !id.is_null());
+        let index = member(&entry, "index").and_then(Value::as_u64);
+        let id = member(&entry, "id").filter(|id| !id.is_null());
         match list_target(acc, index, id) {
             Some(at) => {
                 if let Value::Object(existing) = &mut acc[at] {
@@ -1501,7 +1501,7 @@ fn only_scalars(list: &[Value]) -> bool {
 fn list_target(acc: &[Value], index: Option<u64>, id: Option<&Value>) -> Option<usize> {
     let at = match index {
         Some(index) => {
-            let has = |v: &Value| v.get("index").and_then(Value::as_u64) == Some(index);
+            let has = |v: &Value| value_member(v, "index").and_then(Value::as_u64) == Some(index);
             match acc.get(index as usize) {
                 Some(v) if has(v) => Some(index as usize),
                 _ => acc.iter().position(has),
@@ -1509,7 +1509,7 @@ fn list_target(acc: &[Value], index: Option<u64>, id: Option<&Value>) -> Option<
         }
         None => {
             let id = id?;
-            acc.iter().position(|v| v.get("id") == Some(id))
+            acc.iter().position(|v| value_member(v, "id") == Some(id))
         }
     }?;
     acc[at].is_object().then_some(at)

@@ -683,14 +683,14 @@ impl Replaced {
         }
         let slot = self.kept.iter().position(|(k, _)| *k == key);
         if slot.is_none() && raw.first() == b'"' {
-            if let (Some(Value::String(ours)), Some(theirs)) = (top.get(key), raw.string()) {
+            if let (Some(Value::String(ours)), Some(theirs)) = (member(top, key), raw.string()) {
                 if *ours == theirs {
                     return;
                 }
             }
         }
         // A kept key has its placeholder (or, after a flush, its value) already.
-        if slot.is_none() && !top.contains_key(key) {
+        if slot.is_none() && member(top, key).is_none() {
             top.insert(key.to_owned(), Value::Null);
         }
         match slot {
@@ -1145,10 +1145,42 @@ mod top_level_tests {
     }
 }
 
+/// The most entries a map may have for [`member`] and [`member_mut`] to find a key by comparing
+/// it with each key in turn rather than by hashing it: SipHash over a short key costs more than
+/// comparing it with the dozen keys at most of a choice, a message, a tool call or a top level.
+const SCANNED: usize = 12;
+
+/// `map.get(key)`, found by comparing keys when the map is small (see [`SCANNED`]). A map's keys
+/// are unique, so both find the same entry.
+#[inline]
+pub(crate) fn member<'m>(map: &'m Map<String, Value>, key: &str) -> Option<&'m Value> {
+    if map.len() <= SCANNED {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
+    }
+}
+
+/// `map.get_mut(key)`, found as [`member`] finds it.
+#[inline]
+pub(crate) fn member_mut<'m>(map: &'m mut Map<String, Value>, key: &str) -> Option<&'m mut Value> {
+    if map.len() <= SCANNED {
+        map.iter_mut().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get_mut(key)
+    }
+}
+
+/// `value[key]` for an object (`Value::get` with a key), found as [`member`] finds it.
+#[inline]
+pub(crate) fn value_member<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
+    member(value.as_object()?, key)
+}
+
 /// Where the entry whose `index` is `index` is in `entries` (a choice, a candidate): looked up
 /// at `entries[index]` first, where it usually is.
 pub(crate) fn position_by_index(entries: &[Map<String, Value>], index: u64) -> Option<usize> {
-    let has = |c: &Map<String, Value>| c.get("index").and_then(Value::as_u64) == Some(index);
+    let has = |c: &Map<String, Value>| member(c, "index").and_then(Value::as_u64) == Some(index);
     match entries.get(index as usize) {
         Some(c) if has(c) => Some(index as usize),
         _ => entries.iter().position(has),
