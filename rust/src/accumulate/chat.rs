@@ -57,8 +57,8 @@ use serde_json::{Map, Number, Value};
 use super::fast::{self, Hole, Raw, Template};
 use super::{
     fast_top_with, is_done_marker, json, member, member_mut, openai_first_members,
-    openai_top_level, openai_top_level_of, position_by_index, value_member, replace_fields, AccumulateError, ChunkHead, RawEntries,
-    Replaced, Str, Tally, TextCap,
+    openai_top_level, openai_top_level_of, position_by_index, replace_fields, value_member,
+    AccumulateError, ChunkHead, RawEntries, Replaced, Str, Tally, TextCap,
 };
 
 /// The top-level fields later chunks replace when not null, before the vendor members.
@@ -612,7 +612,9 @@ impl ChatAccumulator {
                 Some(())
             });
             let mut fresh = fresh_choice(index, fields);
-            if let (Some(delta), Some(Value::Object(message))) = (delta, member_mut(&mut fresh, "message")) {
+            if let (Some(delta), Some(Value::Object(message))) =
+                (delta, member_mut(&mut fresh, "message"))
+            {
                 fast_delta(message, delta, self.choices.len(), learn, warnings, cap);
             }
             self.choices.push(fresh);
