@@ -988,8 +988,9 @@ fn find_route(choice: &Map<String, Value>, path: &[Step], key: &str) -> Option<V
         map: &'v Map<String, Value>,
         key: &str,
     ) -> Option<&'v Value> {
-        route.push(map.keys().position(|k| k == key)?);
-        member(map, key)
+        let (at, (_, value)) = map.iter().enumerate().find(|(_, (k, _))| *k == key)?;
+        route.push(at);
+        Some(value)
     }
     let mut route = Vec::with_capacity(2 + path.len());
     let mut at = position(&mut route, choice, "message")?;
