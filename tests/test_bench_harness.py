@@ -141,6 +141,24 @@ def test_corpus_contenders_agree_on_a_few_recordings():
         assert contender.run(inputs) == expected, contender.name
 
 
+def test_the_short_and_long_chat_corpus_groups_split_the_corpus_group():
+    try:
+        whole = bench.workload(bench.CHAT_ACCUMULATE_CORPUS)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    short = bench.workload(bench.CHAT_ACCUMULATE_CORPUS_SHORT)
+    long = bench.workload(bench.CHAT_ACCUMULATE_CORPUS_LONG)
+    assert short.inputs and long.inputs
+    assert sorted(map(repr, short.inputs + long.inputs)) == sorted(map(repr, whole.inputs))
+    assert (short.n_events + long.n_events, short.n_bytes + long.n_bytes) == (whole.n_events, whole.n_bytes)
+    counts = lambda load: [bench._typed_rust("chat", chunks) for _, chunks in load.inputs]  # noqa: E731
+    assert max(counts(short)) < bench.SHORT_STREAM <= min(counts(long))
+    for contender in _available(bench.CHAT_ACCUMULATE_CORPUS_SHORT):
+        if contender.name.startswith("rapidsse"):
+            inputs = contender.prepare(short.inputs) if contender.prepare else short.inputs
+            assert contender.run(inputs) == short.n_events, contender.name
+
+
 def test_measure_rejects_a_contender_that_loses_events():
     broken = bench.Contender("broken", lambda chunks: len(chunks) - 1)
     with pytest.raises(AssertionError, match="broken produced"):

@@ -71,6 +71,10 @@ CHUNK_SIZE = 512
 LARGE_EVENT_SIZE = 64 * 1024 * 1024
 """Bytes of data in the large-event group's one event (twice the default ``max_event_size``)."""
 LARGE_CHUNK_SIZE = 4096
+SHORT_STREAM = 20
+"""Events below which a corpus recording counts as short in the split Chat corpus groups: there
+what every stream pays once (its accumulator, its final object, the first chunk of each shape)
+weighs as much as its chunks."""
 
 FRAMING = "framing (Responses, 512-byte chunks)"
 TYPED_RESPONSES = "typed Responses (512-byte chunks)"
@@ -91,11 +95,19 @@ ASYNC_CHAT = "async vs sync: typed Chat, async generator vs list of the same chu
 CHAT_ACCUMULATE = "final ChatCompletion: text deltas, then a tool call (512-byte chunks)"
 CHAT_ACCUMULATE_MIXED = "final ChatCompletion: n=2, text and parallel tool calls (512-byte chunks)"
 CHAT_ACCUMULATE_CORPUS = "final ChatCompletion: the corpus's chat recordings (512-byte chunks)"
+CHAT_ACCUMULATE_CORPUS_SHORT = (
+    f"final ChatCompletion: the corpus's chat recordings of fewer than {SHORT_STREAM} events (512-byte chunks)"
+)
+CHAT_ACCUMULATE_CORPUS_LONG = (
+    f"final ChatCompletion: the corpus's chat recordings of {SHORT_STREAM} events or more (512-byte chunks)"
+)
 ANTHROPIC_MIXED = "Anthropic Messages, mixed: thinking, text, citations, tool input (512-byte chunks)"
 GROUPS = (FRAMING, TYPED_RESPONSES, TYPED_CHAT, LARGE_EVENT, CORPUS, ACCUMULATE, HTTPX_SSE, HTTPX_SSE_ASYNC,
           HTTPX_SSE_CORPUS, TYPED_GEMINI, GEMINI_ACCUMULATE, TYPED_COMPLETIONS, COMPLETIONS_ACCUMULATE, ANTHROPIC,
-          ANTHROPIC_MIXED, CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED, CHAT_ACCUMULATE_CORPUS, ASYNC_RESPONSES, ASYNC_CHAT)
+          ANTHROPIC_MIXED, CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED, CHAT_ACCUMULATE_CORPUS, CHAT_ACCUMULATE_CORPUS_SHORT,
+          CHAT_ACCUMULATE_CORPUS_LONG, ASYNC_RESPONSES, ASYNC_CHAT)
 """Every group, in the order :func:`run_all` reports them."""
+_CHAT_CORPUS_GROUPS = (CHAT_ACCUMULATE_CORPUS, CHAT_ACCUMULATE_CORPUS_SHORT, CHAT_ACCUMULATE_CORPUS_LONG)
 
 # ---------------------------------------------------------------------------------------------------
 # Inputs
@@ -964,8 +976,8 @@ def contenders(group: str) -> list[Contender]:
         return _anthropic_contenders()
     if group in (ASYNC_RESPONSES, ASYNC_CHAT):
         return _async_contenders("responses" if group == ASYNC_RESPONSES else "chat")
-    if group in (CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED, CHAT_ACCUMULATE_CORPUS):
-        return _chat_accumulate_contenders(over_corpus=group == CHAT_ACCUMULATE_CORPUS, streamed=group == CHAT_ACCUMULATE)
+    if group in (CHAT_ACCUMULATE, CHAT_ACCUMULATE_MIXED) or group in _CHAT_CORPUS_GROUPS:
+        return _chat_accumulate_contenders(over_corpus=group in _CHAT_CORPUS_GROUPS, streamed=group == CHAT_ACCUMULATE)
     raise ValueError(f"unknown group {group!r}; one of {GROUPS}")
 
 
@@ -1440,8 +1452,11 @@ def workload(group: str, n_events: int = 3000) -> Workload:
         make = chat_tool_stream if group == CHAT_ACCUMULATE else chat_mixed_stream
         data, n = make(n_text=n_events * 2000 // 3000, n_args=n_events * 120 // 3000)
         return Workload(chunked(data, CHUNK_SIZE), n, len(data))
-    if group == CHAT_ACCUMULATE_CORPUS:
+    if group in _CHAT_CORPUS_GROUPS:
         recordings = [r for r in corpus_recordings() if r.protocol == "chat"]
+        if group != CHAT_ACCUMULATE_CORPUS:
+            short = group == CHAT_ACCUMULATE_CORPUS_SHORT
+            recordings = [r for r in recordings if (_typed_event_count(r) < SHORT_STREAM) == short]
         inputs = [("chat", chunked(r.data, CHUNK_SIZE)) for r in recordings]
         return Workload(inputs, sum(map(_typed_event_count, recordings)), sum(len(r.data) for r in recordings))
     if group == ANTHROPIC_MIXED:
