@@ -381,3 +381,53 @@ def test_async_iterators_are_native_on_the_rust_backend():
     if native is not None:
         assert isinstance(native.AsyncDrain(feed, chunks()), native.AsyncDrainType)
         assert not isinstance(native.AsyncDrain(feed, chunks()), types.AsyncGeneratorType)
+
+
+
+def _feeds():
+    """The kinds of ``feed`` a drain calls, with chunks and the events they make: a Python
+    function, a bound builtin method of one argument (``METH_O``) and a builtin of the fast-call
+    convention (``METH_FASTCALL | METH_KEYWORDS``, as PyO3's methods are). The native drains call
+    the C function of the last two directly."""
+    split = ["a.1", "a.2", "b.1", "b.2"]
+    yield "python function", sample_feed, ["a", "b"], split
+    yield "METH_O builtin", {"a": split[:2], "b": split[2:]}.__getitem__, ["a", "b"], split
+    yield "fast-call builtin", sorted, ["ba", "dc"], ["a", "b", "c", "d"]
+
+
+class AnextSource:
+    """An async iterator of a class of its own (a heap type, whose ``__anext__`` may change):
+    the native drain looks its slots up at each read."""
+
+    def __init__(self, chunks):
+        self.chunks = list(chunks)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if not self.chunks:
+            raise StopAsyncIteration
+        return self.chunks.pop(0)
+
+
+@ADRAINS
+@pytest.mark.parametrize("kind,feed_,chunks,expected", list(_feeds()), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_kind_of_feed_and_source_gives_the_same_events(name, adrain, kind, feed_, chunks, expected):
+    async def generator(chunks):
+        for chunk in chunks:
+            yield chunk
+
+    for source in (generator(chunks), AnextSource(chunks), generator(chunks)):
+        assert run(collect(adrain(feed_, source))) == expected
+    sync = native.Drain if name == "rust" else framing._drain
+    assert list(sync(feed_, iter(chunks))) == expected
+
+
+@ADRAINS
+def test_a_feed_that_makes_no_list_is_an_error(name, adrain):
+    async def generator():
+        yield "a"
+
+    with pytest.raises(TypeError):
+        run(collect(adrain(len, generator())))  # a builtin of one argument, returning an int

@@ -28,7 +28,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyType};
 use pyo3::{intern, PyTypeInfo};
 
-use super::{Imported, SSE_ERROR};
+use super::{Imported, OneArg, SSE_ERROR};
 
 static COROUTINE_TYPE: Imported = Imported::new("types", "CoroutineType");
 static GENERATOR_TYPE: Imported = Imported::new("types", "GeneratorType");
@@ -41,7 +41,7 @@ struct AsyncDrain {
 }
 
 struct State {
-    feed: Option<Py<PyAny>>,
+    feed: Option<OneArg>,
     /// The async iterable, until the first step takes its async iterator (`source`): as in an
     /// async generator, nothing of the source is touched before the iteration starts.
     chunks: Option<Py<PyAny>>,
@@ -64,6 +64,29 @@ struct State {
     closer: bool,
     /// A step is running (Python code it calls must not re-enter it).
     running: bool,
+    /// What reading a chunk found out once (see [`Reads`]).
+    reads: Reads,
+}
+
+/// What reading a chunk found out once about static types (a heap type's slots change when its
+/// class attributes do; a static type's never): the source type and its `am_anext`, and a type
+/// of the awaitables `__anext__()` returns whose `am_await` is `PyObject_SelfIter` and that is an
+/// iterator (an async generator's `asend` object): such an awaitable is the iterator `await`
+/// runs, found with no slot looked up and no `__await__` called. Types are compared by address:
+/// a static type is never freed.
+#[derive(Clone, Copy, Default)]
+struct Reads {
+    source_type: usize,
+    anext: Option<ffi::unaryfunc>,
+    own_iter_type: usize,
+}
+
+/// Whether `tp` is a static type (not a heap type).
+///
+/// # Safety
+/// Attached, `tp` a live type.
+unsafe fn is_static(tp: *mut ffi::PyTypeObject) -> bool {
+    ffi::PyType_GetFlags(tp) & ffi::Py_TPFLAGS_HEAPTYPE == 0
 }
 
 impl State {
@@ -206,32 +229,54 @@ fn await_iter<'py>(py: Python<'py>, awaitable: Bound<'py, PyAny>) -> PyResult<Bo
     Ok(iter)
 }
 
-/// `source.__anext__()`'s awaitable iterator.
-fn anext_iter<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let awaitable = call_slot(py, source, ffi::Py_am_anext, |name| {
-        format!("'async for' requires an iterator with __anext__ method, got {name}")
-    })?;
-    await_iter(py, awaitable)
-}
-
-/// `f(arg)` with no argument tuple (`PyObject_CallFunctionObjArgs` vectorcalls `f` when it can;
-/// PyO3's `call1` builds a tuple on an abi3 build for < 3.12).
-fn call_one<'py>(
+/// `source.__anext__()`'s awaitable iterator, with what `reads` knows (and learns) of static types.
+fn anext_iter<'py>(
     py: Python<'py>,
-    f: &Py<PyAny>,
-    arg: &Bound<'py, PyAny>,
+    source: &Bound<'py, PyAny>,
+    reads: &mut Reads,
 ) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: attached; the argument list is NULL-terminated; a new reference or NULL with an error set.
+    // SAFETY: attached; `source` is live, so is its type; a cached `anext` is the `am_anext` of
+    // the static type at `source_type`, a unaryfunc returning a new reference or NULL with an
+    // error set.
+    let awaitable = unsafe {
+        let tp = ffi::Py_TYPE(source.as_ptr());
+        match reads.anext {
+            Some(anext) if reads.source_type == tp as usize => {
+                Bound::from_owned_ptr_or_err(py, anext(source.as_ptr()))?
+            }
+            _ => {
+                let awaitable = call_slot(py, source, ffi::Py_am_anext, |name| {
+                    format!("'async for' requires an iterator with __anext__ method, got {name}")
+                })?;
+                if is_static(tp) {
+                    let anext = ffi::PyType_GetSlot(tp, ffi::Py_am_anext);
+                    reads.source_type = tp as usize;
+                    reads.anext = Some(std::mem::transmute::<*mut c_void, ffi::unaryfunc>(anext));
+                }
+                awaitable
+            }
+        }
+    };
+    // SAFETY: attached; `awaitable` is live, so is its type. `PyObject_SelfIter` returns its
+    // argument (a new reference): what `await` would run is the awaitable itself, and
+    // `_PyCoro_GetAwaitableIter` would find it an iterator (checked, once per static type).
     unsafe {
-        Bound::from_owned_ptr_or_err(
-            py,
-            ffi::PyObject_CallFunctionObjArgs(
-                f.as_ptr(),
-                arg.as_ptr(),
-                ptr::null_mut::<ffi::PyObject>(),
-            ),
-        )
+        let tp = ffi::Py_TYPE(awaitable.as_ptr());
+        if reads.own_iter_type == tp as usize {
+            return Ok(awaitable);
+        }
+        let own = ffi::PyObject_SelfIter as unsafe extern "C" fn(_) -> _ as *mut c_void;
+        if is_static(tp)
+            && ffi::PyType_GetSlot(tp, ffi::Py_am_await) == own
+            && ffi::PyIter_Check(awaitable.as_ptr()) != 0
+            && !awaitable.get_type().is(COROUTINE_TYPE.get(py)?)
+            && !awaitable.get_type().is(GENERATOR_TYPE.get(py)?)
+        {
+            reads.own_iter_type = tp as usize;
+            return Ok(awaitable);
+        }
     }
+    await_iter(py, awaitable)
 }
 
 impl State {
@@ -330,7 +375,7 @@ impl State {
                     return Err(PyStopAsyncIteration::new_err(()));
                 }
             };
-            match anext_iter(py, source) {
+            match anext_iter(py, source, &mut self.reads) {
                 Ok(iter) => self.awaiting = Some(iter.unbind()),
                 Err(err) => {
                     self.stop();
@@ -346,7 +391,7 @@ impl State {
             self.stop();
             return Ok(());
         };
-        match call_one(py, feed, chunk.bind(py)) {
+        match feed.call(py, chunk.bind(py)) {
             Ok(events) => {
                 let events = match events.cast_into::<PyList>() {
                     Ok(events) => events,
@@ -651,13 +696,13 @@ unsafe extern "C" fn tp_traverse(
     }
     let st = state(slf);
     for object in [
-        &st.feed,
-        &st.chunks,
-        &st.source,
-        &st.finished,
-        &st.at_end,
-        &st.pending,
-        &st.awaiting,
+        st.feed.as_ref().map(OneArg::callable),
+        st.chunks.as_ref(),
+        st.source.as_ref(),
+        st.finished.as_ref(),
+        st.at_end.as_ref(),
+        st.pending.as_ref(),
+        st.awaiting.as_ref(),
     ]
     .into_iter()
     .flatten()
@@ -711,6 +756,7 @@ impl State {
             reading_done: false,
             closer: false,
             running: false,
+            reads: Reads::default(),
         }
     }
 }
@@ -819,7 +865,7 @@ pub fn async_drain(
     new_object(
         py,
         State {
-            feed: Some(feed),
+            feed: Some(OneArg::new(feed)),
             chunks: Some(chunks),
             finished,
             at_end,

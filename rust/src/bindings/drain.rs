@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyIterator, PyList};
 use pyo3::{PyTraverseError, PyVisit};
 
-use super::SSE_ERROR;
+use super::{OneArg, SSE_ERROR};
 
 /// What `feed` makes of each chunk of `chunks`, event by event, until `finished()` says so
 /// (None: to the end of `chunks`); then `at_end()` (None: nothing). When `feed` raises an
@@ -14,7 +14,7 @@ use super::SSE_ERROR;
 /// is lost. After an error, or once finished, no further chunk is read and the iterator is over.
 #[pyclass(module = "rapidsse._rapidsse")]
 pub struct Drain {
-    feed: Option<Py<PyAny>>,
+    feed: Option<OneArg>,
     /// The source iterator; None once nothing more is to be read.
     chunks: Option<Py<PyIterator>>,
     finished: Option<Py<PyAny>>,
@@ -38,7 +38,7 @@ impl Drain {
         at_end: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         Ok(Drain {
-            feed: Some(feed),
+            feed: Some(OneArg::new(feed)),
             chunks: Some(chunks.try_iter()?.unbind()),
             finished,
             at_end,
@@ -94,9 +94,9 @@ impl Drain {
             let Some(feed) = &self.feed else {
                 return Ok(None);
             };
-            match feed.call1(py, (chunk,)) {
+            match feed.call(py, &chunk) {
                 Ok(events) => {
-                    self.events = Some(events.into_bound(py).cast_into::<PyList>()?.unbind());
+                    self.events = Some(events.cast_into::<PyList>()?.unbind());
                     self.next = 0;
                     if let Some(finished) = &self.finished {
                         if finished.call0(py)?.is_truthy(py)? {
@@ -122,7 +122,8 @@ impl Drain {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for object in [&self.feed, &self.finished, &self.at_end]
+        let feed = self.feed.as_ref().map(OneArg::callable);
+        for object in [feed, self.finished.as_ref(), self.at_end.as_ref()]
             .into_iter()
             .flatten()
         {

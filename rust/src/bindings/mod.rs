@@ -66,6 +66,7 @@ mod native;
 mod structs;
 mod wire;
 
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
@@ -111,6 +112,95 @@ pub(crate) fn error_from(
         Ok(PyErr::from_value(exc))
     };
     build().unwrap_or_else(|e| e)
+}
+
+/// A callable of one argument that a drain calls once per chunk (its `feed`). A builtin method of
+/// one argument (`METH_O`: the accumulators' direct methods) or of the fast-call convention
+/// (`METH_FASTCALL | METH_KEYWORDS`: PyO3's methods, such as a decoder's `feed`) is called through
+/// its C function, as its own vectorcall calls it, with what it is bound to: a builtin method's
+/// function, flags and object never change, so they are read once. Anything else is called by
+/// `PyObject_CallFunctionObjArgs`. No argument tuple is made either way.
+pub(crate) struct OneArg {
+    f: Py<PyAny>,
+    direct: Direct,
+}
+
+#[derive(Clone, Copy)]
+enum Direct {
+    None,
+    /// The function (a `PyCFunction`) and the object it is bound to (borrowed from `f`).
+    O(ffi::PyCFunction, usize),
+    Fast(ffi::PyCFunctionFastWithKeywords, usize),
+}
+
+impl OneArg {
+    pub(crate) fn new(f: Py<PyAny>) -> OneArg {
+        let ptr = f.as_ptr();
+        // SAFETY: attached (the callers hold a `Python`); `ptr` is a live object. The getters are
+        // called on a builtin function only, and its function pointer is the one its flags say.
+        let direct = unsafe {
+            if ffi::PyCFunction_Check(ptr) == 0 {
+                Direct::None
+            } else {
+                // `METH_COEXIST` says how a type's slots are filled, not how a call is made.
+                let flags = ffi::PyCFunction_GetFlags(ptr) & !ffi::METH_COEXIST;
+                let bound = ffi::PyCFunction_GetSelf(ptr) as usize;
+                match ffi::PyCFunction_GetFunction(ptr) {
+                    Some(function) if bound != 0 && flags == ffi::METH_O => {
+                        Direct::O(function, bound)
+                    }
+                    Some(function)
+                        if bound != 0 && flags == ffi::METH_FASTCALL | ffi::METH_KEYWORDS =>
+                    {
+                        Direct::Fast(
+                            std::mem::transmute::<ffi::PyCFunction, ffi::PyCFunctionFastWithKeywords>(
+                                function,
+                            ),
+                            bound,
+                        )
+                    }
+                    _ => Direct::None,
+                }
+            }
+        };
+        OneArg { f, direct }
+    }
+
+    /// The callable itself (for the GC's traversal).
+    pub(crate) fn callable(&self) -> &Py<PyAny> {
+        &self.f
+    }
+
+    /// `f(arg)`: a new reference, or the error it raised.
+    pub(crate) fn call<'py>(
+        &self,
+        py: Python<'py>,
+        arg: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: attached; `bound` is the object `f` (alive, held here) is bound to; each
+        // function is called with the arguments of its convention and returns a new reference,
+        // or NULL with an exception set; the argument list is NULL-terminated.
+        unsafe {
+            let out = match self.direct {
+                Direct::O(function, bound) => function(bound as *mut ffi::PyObject, arg.as_ptr()),
+                Direct::Fast(function, bound) => {
+                    let args = [arg.as_ptr()];
+                    function(
+                        bound as *mut ffi::PyObject,
+                        args.as_ptr(),
+                        1,
+                        std::ptr::null_mut(),
+                    )
+                }
+                Direct::None => ffi::PyObject_CallFunctionObjArgs(
+                    self.f.as_ptr(),
+                    arg.as_ptr(),
+                    std::ptr::null_mut::<ffi::PyObject>(),
+                ),
+            };
+            Bound::from_owned_ptr_or_err(py, out)
+        }
+    }
 }
 
 /// Reads a `bytes`, `bytearray` or `memoryview` (any buffer) argument.
