@@ -74,7 +74,7 @@ struct State {
 /// iterator (an async generator's `asend` object): such an awaitable is the iterator `await`
 /// runs, found with no slot looked up and no `__await__` called. Types are compared by address:
 /// a static type is never freed.
-#[derive(Clone, Copy, Default)]
+#[derive(Default)]
 struct Reads {
     source_type: usize,
     anext: Option<ffi::unaryfunc>,
@@ -269,8 +269,6 @@ fn anext_iter<'py>(
         if is_static(tp)
             && ffi::PyType_GetSlot(tp, ffi::Py_am_await) == own
             && ffi::PyIter_Check(awaitable.as_ptr()) != 0
-            && !awaitable.get_type().is(COROUTINE_TYPE.get(py)?)
-            && !awaitable.get_type().is(GENERATOR_TYPE.get(py)?)
         {
             reads.own_iter_type = tp as usize;
             return Ok(awaitable);
@@ -865,7 +863,7 @@ pub fn async_drain(
     new_object(
         py,
         State {
-            feed: Some(OneArg::new(feed)),
+            feed: Some(OneArg::new(py, feed)),
             chunks: Some(chunks),
             finished,
             at_end,

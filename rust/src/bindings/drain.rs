@@ -32,13 +32,14 @@ impl Drain {
     #[new]
     #[pyo3(signature = (feed, chunks, finished = None, at_end = None))]
     fn new(
+        py: Python<'_>,
         feed: Py<PyAny>,
         chunks: &Bound<'_, PyAny>,
         finished: Option<Py<PyAny>>,
         at_end: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         Ok(Drain {
-            feed: Some(OneArg::new(feed)),
+            feed: Some(OneArg::new(py, feed)),
             chunks: Some(chunks.try_iter()?.unbind()),
             finished,
             at_end,

@@ -134,10 +134,10 @@ enum Direct {
 }
 
 impl OneArg {
-    pub(crate) fn new(f: Py<PyAny>) -> OneArg {
+    pub(crate) fn new(_py: Python<'_>, f: Py<PyAny>) -> OneArg {
         let ptr = f.as_ptr();
-        // SAFETY: attached (the callers hold a `Python`); `ptr` is a live object. The getters are
-        // called on a builtin function only, and its function pointer is the one its flags say.
+        // SAFETY: attached (`_py`); `ptr` is a live object. The getters are called on a builtin
+        // function only, and its function pointer is the one its flags say.
         let direct = unsafe {
             if ffi::PyCFunction_Check(ptr) == 0 {
                 Direct::None
