@@ -181,10 +181,13 @@ def test_a_killed_worker_fails_its_unfinished_requests_and_the_run_ends(syntheti
 def test_ctrl_c_stops_the_workers_and_writes_what_was_measured(tmp_path):
     saved = tmp_path / "result.json"
     with SyntheticServer(tokens=40, rate=20, ttft=0.01) as server:  # 2 s a stream
+        # Ctrl-C as a terminal sends it: to a process whose SIGINT is not ignored (a suite run in the
+        # background without job control ignores it, and so would the CLI it starts, unstoppable).
         process = subprocess.Popen(
             [sys.executable, "-m", "rapidsse", "measure", "--url", server.url, "--protocol", "chat", "-n", "400",
              "--request-rate", "20", "--workers", "2", "--save-result", str(saved), "--no-progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             deadline = time.monotonic() + TIMEOUT
             # 20 streams a second, 2 s each: by 1600 tokens sent some have ended and dozens are in flight
