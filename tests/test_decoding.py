@@ -115,6 +115,34 @@ def test_backends_give_identical_events_on_the_corpus(kind):
             assert got_rust == got_py, path.name
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["responses", "chat", "anthropic"])
+def test_decoders_made_per_stream_share_their_protocols_parts_and_nothing_else(backend, kind):
+    """A decoder is made per stream from parts built once per protocol (its known types, its
+    msgspec decoder, its Struct builder): decoders of one protocol fed the corpus's recordings
+    all at once, chunk by chunk in turns, give each recording what a decoder of its own gives
+    it, and one whose stream turned odd (routed from then on) does not make the others route."""
+    paths = corpus_files(kind)
+    streams = [chunked(p.read_bytes(), 512) for p in paths]
+    streams[0] = [b'data: {"type":"x.hologram.delta","delta":}\n\n'] + streams[0]
+
+    def seen(event):
+        if isinstance(event, InvalidEvent):
+            return ("invalid", event.raw)
+        return ("event", type(event).__name__, rapidsse.encode(event))
+
+    with using(backend):
+        alone = [[seen(e) for e in EventDecoder(kind, on_error="keep").feed(b"".join(chunks))] for chunks in streams]
+        decoders = [EventDecoder(kind, on_error="keep") for _ in streams]
+        together: list[list] = [[] for _ in streams]
+        for turn in range(max(map(len, streams))):
+            for i, chunks in enumerate(streams):
+                if turn < len(chunks):
+                    together[i].extend(seen(e) for e in decoders[i].feed(chunks[turn]))
+    assert len(paths) > 1 and together == alone
+    assert alone[0][0][0] == "invalid" and all(e[0] == "event" for got in alone[1:] for e in got)
+
+
 def _pure_decoder(protocol: str, on_error: str = "raise", max_event_size=16 << 20) -> EventDecoder:
     with using("python"):
         return EventDecoder(protocol, on_error=on_error, max_event_size=max_event_size)

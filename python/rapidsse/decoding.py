@@ -270,6 +270,27 @@ def _is_error_event(event: Any) -> bool:
     return isinstance(event, chunk_types) and event.error is not None
 
 
+# What `EventDecoder` hands its core, made once per backend, protocol, `on_error` and whether
+# Rust builds the Structs (a gateway makes a decoder per stream: building these each time, the
+# Responses API's set of 63 known types above all, was most of what making one cost).
+_DECODER_PARTS: dict[tuple[Any, str, str, bool], tuple[Any, ...]] = {}
+
+
+def _decoder_parts(native: Any, protocol: str, on_error: str, built: bool) -> tuple[Any, ...]:
+    schema = _SCHEMAS[protocol]
+    careful = functools.partial(_careful, schema, on_error)
+    done_marker = _DONE if protocol in _DONE_PROTOCOLS else None
+    parts: tuple[Any, ...]
+    if native is not None:
+        known = native.KnownTypes(list(schema.event_types)) if schema.tagged else None
+        builder = _native.native_schema(native, schema.event, tagged_unions=protocol == "anthropic") if built else None
+        parts = (known, schema.decode_lines, careful, done_marker, builder)
+    else:
+        parts = (schema.decode_lines, careful, done_marker)
+    _DECODER_PARTS[(native, protocol, on_error, built)] = parts
+    return parts
+
+
 class EventDecoder:
     """Push-style decoder of a Responses, Chat Completions, Anthropic Messages, Gemini or
     Completions SSE stream into typed events.
@@ -310,22 +331,15 @@ class EventDecoder:
             )
         if on_error not in ("raise", "skip", "keep"):
             raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
-        schema = _SCHEMAS[protocol]
-        careful = functools.partial(_careful, schema, on_error)
-        done_marker = _DONE if protocol in _DONE_PROTOCOLS else None
         native = _backend_core()
+        built = _native.ENABLED and _wire.NATIVE_WIRE
+        parts = _DECODER_PARTS.get((native, protocol, on_error, built))
+        if parts is None:
+            parts = _decoder_parts(native, protocol, on_error, built)
         if native is not None:
-            known = list(schema.event_types) if schema.tagged else None
-            builder = (
-                _native.native_schema(native, schema.event, tagged_unions=protocol == "anthropic")
-                if _native.ENABLED and _wire.NATIVE_WIRE
-                else None
-            )
-            self._core: Any = native.EventDecoder(
-                max_event_size, known, schema.decode_lines, careful, done_marker, builder
-            )
+            self._core: Any = native.EventDecoder(max_event_size, *parts)
         else:
-            self._core = _PyEventCore(max_event_size, schema.decode_lines, careful, done_marker)
+            self._core = _PyEventCore(max_event_size, *parts)
         self.protocol = protocol
         self.on_error = on_error
         self.feed = self._feed_checked if raise_on_error_event else self._core.feed

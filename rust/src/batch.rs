@@ -10,6 +10,7 @@
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use crate::scan::{raw_type_tag, TypeTag};
 
@@ -26,9 +27,13 @@ pub enum Route {
 /// Decides the route of payloads for one protocol.
 #[derive(Debug, Clone)]
 pub struct Router {
-    /// `None`: untagged protocol, every payload is batched.
-    known: Option<HashSet<Box<[u8]>, BuildHasherDefault<EndsHash>>>,
+    /// `None`: untagged protocol, every payload is batched. Shared: a router is built once per
+    /// protocol and cloned into each decoder (a stream's decoder then costs no set of its own).
+    known: Option<Arc<Tags>>,
 }
+
+/// The known `type` tags of a protocol.
+type Tags = HashSet<Box<[u8]>, BuildHasherDefault<EndsHash>>;
 
 /// A hash of the length and the first and last 8 bytes: the keys are a few dozen type names,
 /// which differ there, and a full comparison settles any collision. SipHash (or any byte-by-byte
@@ -64,11 +69,11 @@ impl Router {
     /// A router for a protocol tagged on `type`, knowing these tags.
     pub fn tagged<I: IntoIterator<Item = S>, S: AsRef<str>>(tags: I) -> Router {
         Router {
-            known: Some(
+            known: Some(Arc::new(
                 tags.into_iter()
                     .map(|t| t.as_ref().as_bytes().into())
                     .collect(),
-            ),
+            )),
         }
     }
 

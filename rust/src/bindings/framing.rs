@@ -15,7 +15,6 @@ const NAME_CACHE_LIMIT: usize = 256;
 
 /// Python objects reused across events: the event-name strings and the current id.
 pub(crate) struct StringCache {
-    message: Py<PyString>,
     /// The previous event's name: most streams repeat it, or alternate among a few.
     last_name: Option<(Vec<u8>, Py<PyString>)>,
     names: HashMap<Vec<u8>, Py<PyString>>,
@@ -23,9 +22,8 @@ pub(crate) struct StringCache {
 }
 
 impl StringCache {
-    pub(crate) fn new(py: Python<'_>) -> StringCache {
+    pub(crate) fn new() -> StringCache {
         StringCache {
-            message: PyString::intern(py, "message").unbind(),
             last_name: None,
             names: HashMap::new(),
             id: None,
@@ -38,7 +36,8 @@ impl StringCache {
         name: &[u8],
     ) -> PyResult<Bound<'py, PyString>> {
         if name.is_empty() {
-            return Ok(self.message.bind(py).clone());
+            // Interned once per process (`intern!`), not per decoder.
+            return Ok(pyo3::intern!(py, "message").clone());
         }
         if let Some((last, s)) = &self.last_name {
             if last.as_slice() == name {
@@ -152,10 +151,10 @@ impl SSEDecoder {
 impl SSEDecoder {
     #[new]
     #[pyo3(signature = (max_event_size = Some(16 * 1024 * 1024)))]
-    fn new(py: Python<'_>, max_event_size: Option<usize>) -> SSEDecoder {
+    fn new(max_event_size: Option<usize>) -> SSEDecoder {
         SSEDecoder {
             framer: Framer::new(max_event_size),
-            strings: StringCache::new(py),
+            strings: StringCache::new(),
         }
     }
 

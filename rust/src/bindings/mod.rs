@@ -235,6 +235,7 @@ fn py_bytes_type(py: Python<'_>) -> Bound<'_, PyType> {
 fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<framing::SSEDecoder>()?;
     m.add_class::<decoding::EventDecoder>()?;
+    m.add_class::<decoding::KnownTypes>()?;
     m.add_class::<drain::Drain>()?;
     m.add_function(wrap_pyfunction!(adrain::async_drain, m)?)?;
     adrain::register(m)?;

@@ -228,6 +228,21 @@ struct CachedInt {
     score: i8,
 }
 
+/// Slot `index` of a per-field or per-class list of [`Work`], the list first grown to hold it
+/// (the lists start empty: [`Schema::state`]).
+#[inline]
+fn slot<T: std::default::Default>(list: &mut Vec<T>, index: usize) -> &mut T {
+    if index >= list.len() {
+        grow(list, index);
+    }
+    &mut list[index]
+}
+
+#[cold]
+fn grow<T: std::default::Default>(list: &mut Vec<T>, index: usize) {
+    list.resize_with(index + 1, T::default);
+}
+
 /// The most `Wire` objects (and `present` tuples) kept per class, one per set of present
 /// fields: past that, each is made afresh (the same value).
 pub(crate) const MAX_CACHED_WIRES: usize = 64;
@@ -462,7 +477,10 @@ impl Schema {
             return kit.make(Some(extra), present);
         }
         if dev.present != 0 {
-            if let Some((_, w)) = work.wires[index].iter().find(|(p, _)| *p == dev.present) {
+            if let Some((_, w)) = slot(&mut work.wires, index)
+                .iter()
+                .find(|(p, _)| *p == dev.present)
+            {
                 return Some(new_ref(w.as_ptr()));
             }
             let tuple = self.present_tuple(py, work, index, dev.present)?;
@@ -491,7 +509,10 @@ impl Schema {
         index: usize,
         present: u64,
     ) -> Option<*mut ffi::PyObject> {
-        if let Some((_, t)) = work.presents[index].iter().find(|(p, _)| *p == present) {
+        if let Some((_, t)) = slot(&mut work.presents, index)
+            .iter()
+            .find(|(p, _)| *p == present)
+        {
             return Some(t.as_ptr());
         }
         let fields = self.structs[index].fields.as_deref()?;
@@ -745,19 +766,23 @@ impl Schema {
         })
     }
 
+    /// A new decoder's state. It allocates nothing: the caches and the per-class `Wire` lists
+    /// grow to the slots a stream uses ([`slot`]), so that a decoder made per stream does not
+    /// pay for every class and field of the schema (the Responses schema's made and dropped
+    /// ~150 empty lists per decoder).
     pub(crate) fn state(&self) -> State {
         State {
             work: Work {
                 scratch: Vec::new(),
-                cache: (0..self.caches).map(|_| Cached::default()).collect(),
-                ints: (0..self.int_caches).map(|_| CachedInt::default()).collect(),
+                cache: Vec::new(),
+                ints: Vec::new(),
                 last_tag: Vec::new(),
                 last_struct: usize::MAX,
                 nested_tag: Vec::new(),
                 nested_union: 0,
                 nested_struct: usize::MAX,
-                wires: (0..self.structs.len()).map(|_| Vec::new()).collect(),
-                presents: (0..self.structs.len()).map(|_| Vec::new()).collect(),
+                wires: Vec::new(),
+                presents: Vec::new(),
             },
             shape: Shape::default(),
         }
@@ -1335,7 +1360,7 @@ impl Schema {
             b'"' if mask & STR != 0 => {
                 let Work { scratch, cache, .. } = state;
                 let text = lx.string(scratch)?;
-                string(py, text, &mut cache[node.cache])
+                string(py, text, slot(cache, node.cache))
             }
             b'-' | b'0'..=b'9' if mask & (INT | FLOAT) != 0 => match lx.number()? {
                 Num::Int(n) if mask & INT != 0 => {
@@ -1343,7 +1368,7 @@ impl Schema {
                         let i = (n - SMALL_INT_MIN) as usize;
                         Some(new_ref(self.small_ints[i].as_ptr()))
                     } else {
-                        int(py, n, &mut state.ints[node.int_cache])
+                        int(py, n, slot(&mut state.ints, node.int_cache))
                     }
                 }
                 Num::Int(n) if (-EXACT_FLOAT_INT..=EXACT_FLOAT_INT).contains(&n) => {
