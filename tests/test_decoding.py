@@ -120,8 +120,9 @@ def test_backends_give_identical_events_on_the_corpus(kind):
 def test_decoders_made_per_stream_share_their_protocols_parts_and_nothing_else(backend, kind):
     """A decoder is made per stream from parts built once per protocol (its known types, its
     msgspec decoder, its Struct builder): decoders of one protocol fed the corpus's recordings
-    all at once, chunk by chunk in turns, give each recording what a decoder of its own gives
-    it, and one whose stream turned odd (routed from then on) does not make the others route."""
+    all at once, chunk by chunk in turns, give each recording what a decoder made for it alone
+    gives it; a bad payload at the start of one stream (its decoder routes by type from then on)
+    changes nothing in the others."""
     paths = corpus_files(kind)
     streams = [chunked(p.read_bytes(), 512) for p in paths]
     streams[0] = [b'data: {"type":"x.hologram.delta","delta":}\n\n'] + streams[0]
