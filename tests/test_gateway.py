@@ -711,9 +711,21 @@ class KeepAliveRace:
             writer.close()
 
     def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._server.close)
+        """Stops serving, ends the connections still open (the gateway's pool keeps one) and
+        closes the loop: a handler left suspended on a stopped loop would be finalised later,
+        in another test, and its ``writer.close()`` would find the loop closed."""
+
+        async def shutdown() -> None:
+            self._server.close()
+            handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(TIMEOUT)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(TIMEOUT)
+        self._loop.close()
 
 
 def test_a_request_on_a_pooled_connection_upstream_just_closed_is_sent_once_more():
