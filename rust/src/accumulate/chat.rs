@@ -790,7 +790,12 @@ fn fresh_choice(
     choice.insert("logprobs".to_owned(), Value::Null);
     for (key, value) in fields {
         if key != "delta" && key != "index" {
-            choice.insert(key, value);
+            match member_mut(&mut choice, &key) {
+                Some(slot) => *slot = value,
+                None => {
+                    choice.insert(key, value);
+                }
+            }
         }
     }
     let mut message = Map::with_capacity(6);
@@ -804,7 +809,18 @@ fn fresh_choice(
 /// A known choice's `finish_reason`: replaces the choice's unless null or empty.
 fn set_finish_reason(choice: &mut Map<String, Value>, reason: Value) {
     if !reason.is_null() && reason.as_str() != Some("") {
-        choice.insert("finish_reason".to_owned(), reason);
+        set_member(choice, "finish_reason", reason);
+    }
+}
+
+/// `map.insert(key, value)` without hashing `key` or making a `String` of it when `key` is
+/// there already (replaced where it is, as `insert` replaces it).
+fn set_member(map: &mut Map<String, Value>, key: &str, value: Value) {
+    match member_mut(map, key) {
+        Some(slot) => *slot = value,
+        None => {
+            map.insert(key.to_owned(), value);
+        }
     }
 }
 
@@ -1070,17 +1086,17 @@ fn fast_entry<'a>(
             if !raw_has_indexed_entries(delta) {
                 // Done again, the value would be merged, not inserted (a null stays null).
                 learn.ok &= delta.is_null();
-                acc.insert(key.to_owned(), value_of(delta));
+                set_member(acc, key, value_of(delta));
                 return;
             }
             learn.ok = false;
-            acc.insert(key.to_owned(), Value::Array(Vec::new()));
+            set_member(acc, key, Value::Array(Vec::new()));
         }
         Some(_) if REPLACED_KEYS.contains(&key) => {
             // A value of the shape: set again when done again.
             if !delta.is_null() {
                 noted_set(learn, What::Under(choice, path, key), delta);
-                acc.insert(key.to_owned(), value_of(delta));
+                set_member(acc, key, value_of(delta));
             }
             return;
         }
@@ -1286,15 +1302,16 @@ fn raw_has_indexed_entries(raw: Raw<'_>) -> bool {
     if raw.first() != b'[' {
         return false;
     }
+    // Stops at the first `index` found (a tool call's is most often its first key).
     let mut found = false;
     raw.items(|item| {
-        if !found && item.first() == b'{' {
+        if item.first() == b'{' {
             item.entries(|key, _| {
-                found |= key == "index";
-                Some(())
+                found = key == "index";
+                (!found).then_some(())
             });
         }
-        Some(())
+        (!found).then_some(())
     });
     found
 }
@@ -1336,7 +1353,12 @@ fn merge_string(
     capped: bool,
 ) {
     match member_mut(message, key) {
-        None | Some(Value::Null) => {
+        Some(slot @ Value::Null) => {
+            if !capped || cap.admits(0, delta.len()) {
+                *slot = Value::String(delta.into_owned());
+            }
+        }
+        None => {
             if !capped || cap.admits(0, delta.len()) {
                 message.insert(key.to_owned(), Value::String(delta.into_owned()));
             }
