@@ -31,7 +31,7 @@ from typing import Any, Callable, Literal
 
 import msgspec
 
-from . import chat, completions, decoding, gemini, responses
+from . import accumulate, chat, completions, decoding, gemini, responses
 from ._backend import BACKEND, using
 from .decoding import EventDecoder
 from .framing import DEFAULT_MAX_EVENT_SIZE, _PySSEDecoder
@@ -551,8 +551,6 @@ def _sdk_completions_joined(chunks: list[bytes]) -> int:
 
 def _tap_into(cls_name: str, result: str, chunks: list[bytes]) -> int:
     """The tap of an accumulator (``cls_name``): raw bytes in, then the final object (``result``)."""
-    from . import accumulate
-
     acc = getattr(accumulate, cls_name)()
     feed = acc.feed
     for chunk in chunks:
@@ -568,8 +566,6 @@ def _tap_into_python(cls_name: str, result: str, chunks: list[bytes]) -> int:
 
 def _typed_added(protocol: Protocol, cls_name: str, result: str, chunks: list[bytes]) -> int:
     """``for event in iter_events(...)``: ``acc.add(event)``, then the final object."""
-    from . import accumulate
-
     acc = getattr(accumulate, cls_name)()
     add = acc.add
     for event in decoding.iter_events(chunks, protocol):
@@ -599,9 +595,7 @@ def _typed_add(chunks: list[bytes]) -> int:
 
 def _stream_responses(chunks: list[bytes]) -> int:
     """The convenience: ``stream_responses`` iterated, then its Response."""
-    from .accumulate import stream_responses
-
-    stream = stream_responses(chunks)
+    stream = accumulate.stream_responses(chunks)
     n = 0
     for _ in stream:
         n += 1
