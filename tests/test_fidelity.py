@@ -446,6 +446,9 @@ def sdk_final(data: bytes, protocol: str) -> Any:
         return stream.current_completion_snapshot.model_dump()
 
 
+# The SDK's models lag a recording (a web-search source of type "api"): pydantic warns as the SDK
+# dumps its own objects while it accumulates, for the recording and our stream alike.
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
 @pytest.mark.parametrize("path", SSE_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_openai_sdk_reads_the_written_stream_as_the_recorded_one(path):
     data = path.read_bytes()
