@@ -790,12 +790,7 @@ fn fresh_choice(
     choice.insert("logprobs".to_owned(), Value::Null);
     for (key, value) in fields {
         if key != "delta" && key != "index" {
-            match member_mut(&mut choice, &key) {
-                Some(slot) => *slot = value,
-                None => {
-                    choice.insert(key, value);
-                }
-            }
+            set_member(&mut choice, &key, value);
         }
     }
     let mut message = Map::with_capacity(6);
@@ -1353,14 +1348,9 @@ fn merge_string(
     capped: bool,
 ) {
     match member_mut(message, key) {
-        Some(slot @ Value::Null) => {
+        None | Some(Value::Null) => {
             if !capped || cap.admits(0, delta.len()) {
-                *slot = Value::String(delta.into_owned());
-            }
-        }
-        None => {
-            if !capped || cap.admits(0, delta.len()) {
-                message.insert(key.to_owned(), Value::String(delta.into_owned()));
+                set_member(message, key, Value::String(delta.into_owned()));
             }
         }
         Some(Value::String(acc)) => {
