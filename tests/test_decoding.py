@@ -242,6 +242,38 @@ def test_on_error_skip_and_keep_lose_nothing_else():
         assert kept[3].error.index == 3
 
 
+CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("builder", [True, False], ids=["builder", "msgspec"])
+@pytest.mark.parametrize("protocol", ["chat", "responses"])
+def test_each_payload_is_one_json_value_however_a_chunk_batches_them(backend, builder, protocol, monkeypatch):
+    """A payload holding two JSON values, and a value cut over two payloads (the second followed by
+    another value), are bad payloads, in one chunk as alone: reading the chunk's payloads as one
+    stream of JSON values would make two good events of two bad payloads, or of one."""
+    monkeypatch.setattr("rapidsse._wire.NATIVE_WIRE", builder)
+    docs = [dict(CHUNK, choices=[dict(CHUNK["choices"][0], delta={"content": t})]) for t in "abcd"]
+    if protocol == "responses":
+        docs = [{"type": "response.output_text.delta", "sequence_number": i, "item_id": "m", "output_index": 0,
+                 "content_index": 0, "delta": t} for i, t in enumerate("abcd")]
+    a, b, c, d = (json.dumps(doc, separators=(",", ":")).encode() for doc in docs)
+    payloads = [a, b[:-1], b"} " + c, c + b" " + c, b" " + d + b" "]
+    stream = b"".join(b"data: " + p + b"\n\n" for p in payloads)
+    text = (lambda e: e.choices[0].delta.content) if protocol == "chat" else (lambda e: e.delta)
+    with using(backend):
+        for size in (len(stream), 7):
+            kept = decode_all(stream, protocol, size, on_error="keep")
+            assert [type(e).__name__ for e in kept[1:4]] == ["InvalidEvent"] * 3
+            assert [e.raw for e in kept[1:4]] == payloads[1:4]
+            assert [text(kept[0]), text(kept[4])] == ["a", "d"] and len(kept) == 5
+            assert [text(e) for e in decode_all(stream, protocol, size, on_error="skip")] == ["a", "d"]
+            with pytest.raises(DecodeError) as info:
+                decode_all(stream, protocol, size)
+            assert info.value.index == 1 and info.value.raw == b[:-1]
+
+
 def test_invalid_utf8_in_payload_is_replaced_not_an_error():
     stream = b'data: {"type":"response.output_text.delta","delta":"a\xffb"}\n\n'
     (event,) = decode_all(stream, "responses", 4)

@@ -26,7 +26,7 @@ class EventDecoder:
         self,
         max_event_size: Optional[int],
         known_types: Optional[list[str]],
-        batch_decode: Callable[[bytes], list[Any]],
+        batch_decode: Callable[[bytes, int], list[Any]],
         careful: Callable[[bytes, str, int, int], Any],
         done_marker: Optional[bytes] = ...,
     ) -> None: ...

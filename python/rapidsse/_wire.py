@@ -64,11 +64,12 @@ def _decode_any(payload: Any) -> Any:
 
 
 def _decode_any_lines(lines: bytes) -> list[Any]:
-    """:func:`_decode_any` of each non-blank line."""
+    """:func:`_decode_any` of each line (a batch: one JSON value a line, none blank)."""
     try:
         return _decode_msgspec_lines(lines)
     except msgspec.ValidationError:
-        return [_decode_any(line) for line in lines.split(b"\n") if line.strip()]
+        return [_decode_any(line) for line in lines.split(b"\n")]
+
 
 _decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _decode_items = msgspec.json.Decoder(list[msgspec.Raw]).decode
@@ -316,8 +317,8 @@ def compute(obj: Any, payload: Union[bytes, bytearray, memoryview, str], doc: An
 
 
 def compute_lines(events: list[Any], lines: Union[bytes, bytearray]) -> list[Any]:
-    """:func:`compute` for each event of ``msgspec.json.Decoder.decode_lines(lines)`` (one JSON
-    payload a line), with one generic ``decode_lines`` for all. Returns ``events``."""
+    """:func:`compute` for each event of a batch: ``events[i]`` decoded from line ``i`` of
+    ``lines`` (one JSON value a line, as :func:`wrap_lines` checks). Returns ``events``."""
     lines = bytes(lines)  # the Rust core reuses its buffer
     if _native_lines is not None and _native_lines(events, lines):
         return events
@@ -329,8 +330,8 @@ def compute_lines(events: list[Any], lines: Union[bytes, bytearray]) -> list[Any
             doc = docs[i]
             if c.unknown or type(doc) is not dict:
                 continue
-            if payloads is None:  # decode_lines skips blank lines
-                payloads = [line for line in lines.split(b"\n") if line.strip()]
+            if payloads is None:
+                payloads = lines.split(b"\n")
             _struct(doc, event, [], _Source(payloads[i]))
     return events
 
@@ -353,11 +354,24 @@ def _native_pass() -> tuple[Any, Any, Any]:
 _native_compute, _native_lines, _native_encode = _native_pass()
 
 
-def wrap_lines(decode_lines: Callable[[Any], list[Any]]) -> Callable[[Any], list[Any]]:
-    """``decode_lines`` followed by :func:`compute_lines`."""
+def wrap_lines(decoder: msgspec.json.Decoder) -> Callable[[Any, int], list[Any]]:
+    """The batch decoder of a schema's ``decoder``: ``(lines, count)``, ``count`` payloads joined by
+    ``\\n``, -> one event a line, then :func:`compute_lines`.
 
-    def decode_lines_with_wire(lines: Any) -> list[Any]:
-        return compute_lines(decode_lines(lines), lines)
+    The callers send only payloads that hold no newline and whose first and last non-whitespace
+    bytes are ``{`` and ``}`` (what a server sends as ``data: {...}``). msgspec's ``decode_lines``
+    reads whitespace-separated JSON values wherever they are (``{...} {...}`` on one line is two
+    values, a value cut over two lines is one), but a value cannot hold ``}`` then ``{`` (nor, in a
+    string, a raw newline): so no value spans two such lines, each line holds at least one, and as
+    many values as lines means exactly one each. Any other count raises msgspec.DecodeError, and
+    the payloads take the careful path, one by one."""
+    decode_lines = decoder.decode_lines
+
+    def decode_lines_with_wire(lines: Any, count: int) -> list[Any]:
+        events = decode_lines(lines)
+        if len(events) != count:
+            raise msgspec.DecodeError("a payload of the batch is not one JSON value")
+        return compute_lines(events, lines)
 
     return decode_lines_with_wire
 

@@ -1,7 +1,8 @@
 """Typed events: framed SSE payloads (or WebSocket messages) decoded into msgspec Structs.
 
 The hot path is one msgspec call per chunk: the backend frames the chunk, joins the payloads whose
-``type`` the schemas know into JSON lines and decodes them with ``Decoder.decode_lines``. (The Rust
+``type`` the schemas know into JSON lines and decodes them in one call, a line each (see
+:func:`rapidsse._wire.wrap_lines`). (The Rust
 backend first builds the plain events itself, msgspec Structs equal to msgspec's, and batches only
 the rest: see :mod:`rapidsse._native`.) Anything
 else (an unknown or missing ``type``, a bad payload, one spanning several ``data:`` lines) is decoded
@@ -74,7 +75,7 @@ class _Schema:
         self.tagged = tagged
         decoder = msgspec.json.Decoder(module.Event)
         # Every decoded event gets its wire info (`_wire`) from the payload: see rapidsse._wire.
-        self.decode_lines = _wire.wrap_lines(decoder.decode_lines)
+        self.decode_lines = _wire.wrap_lines(decoder)
         self.decode_one = _wire.wrap_one(decoder.decode)
 
 
@@ -184,7 +185,7 @@ class _PyEventCore:
     def __init__(
         self,
         max_event_size: int | None,
-        decode_lines: Callable[[bytes], list[Any]],
+        decode_lines: Callable[[bytes, int], list[Any]],
         careful: Callable[..., Any],
         done_marker: bytes | None,
     ) -> None:
@@ -228,15 +229,15 @@ class _PyEventCore:
         n = len(raw)
         if not n:
             return []
-        lines = b"\n".join([item[1] for item in raw])
-        if lines.count(b"\n") == n - 1:  # no payload spans lines
+        payloads = [item[1] for item in raw]
+        lines = b"\n".join(payloads)
+        # The batch decoder's terms (rapidsse._wire.wrap_lines): one payload a line, each `{...}`
+        # (here without whitespace around it: a payload with some takes the careful path).
+        if lines.count(b"\n") == n - 1 and all(p[:1] == b"{" and p[-1:] == b"}" for p in payloads):
             try:
-                events = self._decode_lines(lines)
+                return self._decode_lines(lines, n)
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                 pass  # decoded one by one below, where the bad payload is found
-            else:
-                if len(events) == n:
-                    return events
         out: list[Any] = []
         careful = self._careful
         for event, data, _id, _retry, index, offset in raw:

@@ -2,11 +2,14 @@
 //!
 //! Payloads whose top-level `type` is known (or every payload, for untagged
 //! protocols such as Chat Completions) are joined as JSON lines, which the
-//! binding layer hands to msgspec's `decode_lines` in a single call. A payload
-//! that spans lines (multi-line `data:`) or is blank could not be told apart
-//! from its neighbours there, so it takes the careful path, one payload at a
-//! time, like anything of unknown type. (The decoder batches without routing until a batch
-//! fails; see `bindings::decoding`.)
+//! binding layer hands to the schema's batch decoder (`rapidsse._wire.wrap_lines`,
+//! msgspec's `decode_lines`) in a single call. Only payloads of one line shaped as an object
+//! ([`object_shaped`]) are batched: msgspec reads whitespace-separated values across lines, and
+//! of such lines it cannot make one value of two, so a count of values equal to the count of lines
+//! pairs each payload with its own event. Anything else (a multi-line `data:`, a blank payload,
+//! an array, a cut object) takes the careful path, one payload at a time, like anything of
+//! unknown type. (The decoder batches without routing until a batch fails; see
+//! `bindings::decoding`.)
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -82,10 +85,11 @@ impl Router {
         Router { known: None }
     }
 
-    /// The route of an untagged protocol: any one-line, non-blank payload is batched.
+    /// The route of an untagged protocol: any one-line payload shaped as an object
+    /// ([`object_shaped`]) is batched.
     #[inline]
     pub fn untagged_route(payload: &[u8], multiline: bool) -> Route {
-        if multiline || payload.iter().all(u8::is_ascii_whitespace) {
+        if multiline || !object_shaped(payload) {
             Route::Careful
         } else {
             Route::Batch
@@ -100,11 +104,24 @@ impl Router {
         match &self.known {
             None => Router::untagged_route(payload, false),
             Some(known) => match raw_type_tag(payload) {
-                TypeTag::Found(tag) if known.contains(tag) => Route::Batch,
+                TypeTag::Found(tag) if known.contains(tag) && object_shaped(payload) => {
+                    Route::Batch
+                }
                 _ => Route::Careful,
             },
         }
     }
+}
+
+/// Whether the first and last bytes of `payload` other than JSON whitespace are `{` and `}`: what
+/// a batch line must be (`rapidsse._wire.wrap_lines`). No JSON value holds `}` then `{`, so no
+/// value of the batch spans two such lines, and a count of values equal to the count of lines
+/// means one value a line: `{"a":1} {"a":2}` on one line, or a value cut over two, is found out.
+#[inline]
+pub fn object_shaped(payload: &[u8]) -> bool {
+    let json_ws = |b: &&u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    payload.iter().find(|b| !json_ws(b)) == Some(&b'{')
+        && payload.iter().rev().find(|b| !json_ws(b)) == Some(&b'}')
 }
 
 /// JSON lines under construction: `p0\np1\n...`.
@@ -177,6 +194,11 @@ mod tests {
         let chat = Router::untagged();
         assert_eq!(chat.route(br#"{"id":"x"}"#, false), Route::Batch);
         assert_eq!(chat.route(b" \t", false), Route::Careful);
+        assert_eq!(chat.route(b"[1]", false), Route::Careful);
+        assert_eq!(chat.route(br#"{"id":"x""#, false), Route::Careful);
+        assert_eq!(chat.route(br#"} {"id":"x"}"#, false), Route::Careful);
+        assert_eq!(chat.route(b" {} \t", false), Route::Batch);
+        assert_eq!(router.route(br#"{"type":"error""#, false), Route::Careful);
         assert_eq!(chat.route(b"{}\n{}", true), Route::Careful);
     }
 

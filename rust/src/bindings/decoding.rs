@@ -9,7 +9,7 @@
 //! start: a clean stream pays no routing, a stream with unknown types pays it once per event.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyList};
 
 use std::sync::Arc;
 
@@ -60,7 +60,8 @@ impl KnownTypes {
 
 /// Push-style typed-event decoder (the Rust core of `rapidsse.EventDecoder`).
 ///
-/// `batch_decode(lines: bytes) -> list` decodes JSON lines (msgspec's `Decoder.decode_lines`);
+/// `batch_decode(lines: bytes, count: int) -> list` decodes `count` JSON lines, one event a line
+/// (`rapidsse._wire.wrap_lines`, which raises on any other count);
 /// `careful(raw: bytes, event: str, index: int, offset: int) -> event | None` decodes one payload
 /// the batch could not take, applying the `on_error` policy (it may raise `DecodeError`).
 #[pyclass(module = "rapidsse._rapidsse")]
@@ -80,10 +81,9 @@ pub struct EventDecoder {
     optimistic: bool,
     /// Whether the current chunk was batched that way.
     unrouted: bool,
-    /// The batch as msgspec reads it, reused from chunk to chunk, and the argument tuple
-    /// holding it: no bytes object and no tuple is made per chunk.
+    /// The batch as msgspec reads it, reused from chunk to chunk: no bytes object is made per
+    /// chunk.
     lines: Py<PyByteArray>,
-    args: Py<PyTuple>,
     /// The classes Rust builds itself, and this stream's state for them.
     native: Option<(Arc<native::Schema>, native::State)>,
 }
@@ -92,26 +92,26 @@ impl EventDecoder {
     fn decode_batch<'py>(&mut self, py: Python<'py>) -> Option<Bound<'py, PyList>> {
         let lines = self.batch.as_bytes()?;
         let buffer = self.lines.bind(py);
-        // Two references are ours (the field and the tuple); more, or a failed resize (a live
-        // buffer export), mean something kept it: then a fresh one takes over.
+        // One reference is ours (the field); more, or a failed resize (a live buffer export),
+        // mean something kept it: then a fresh one takes over.
         // SAFETY: `buffer` is a live object.
-        let shared = unsafe { pyo3::ffi::Py_REFCNT(buffer.as_ptr()) } > 2;
+        let shared = unsafe { pyo3::ffi::Py_REFCNT(buffer.as_ptr()) } > 1;
         if !shared && buffer.resize(lines.len()).is_ok() {
             // SAFETY: no Python code runs while the bytes are written, and the length was just
             // set to `lines.len()`.
             unsafe { buffer.as_bytes_mut().copy_from_slice(lines) };
         } else {
             let fresh = PyByteArray::new(py, lines);
-            self.args = PyTuple::new(py, [&fresh]).ok()?.unbind();
             self.lines = fresh.unbind();
         }
         let decoded = self
             .batch_decode
             .bind(py)
-            .call(self.args.bind(py), None)
+            .call1((self.lines.bind(py), self.batch.len()))
             .ok()?;
         let list = decoded.cast_into::<PyList>().ok()?;
-        // A count mismatch would mean payloads were not one JSON value each: decode them alone.
+        // One event a line, or the call failed; a count mismatch (a batch decoder that broke that
+        // promise) sends the payloads the careful way too.
         (list.len() == self.batch.len()).then_some(list)
     }
 
@@ -291,7 +291,6 @@ impl EventDecoder {
             optimistic: true,
             unrouted: false,
             lines: lines.clone().unbind(),
-            args: PyTuple::new(py, [&lines]).expect("a tuple").unbind(),
             native: native.map(|n| (n.schema.clone(), n.schema.state())),
         }
     }

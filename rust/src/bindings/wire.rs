@@ -475,9 +475,9 @@ pub(crate) fn wire_compute(obj: &Bound<'_, PyAny>, payload: &Bound<'_, PyAny>) -
     })
 }
 
-/// [`wire_compute`] for each event of `msgspec.json.Decoder.decode_lines(lines)`: the events
-/// that are Structs, each with the payload of its line (blank lines skipped, as `decode_lines`
-/// skips them). False when the Python pass must do them.
+/// [`wire_compute`] for each event of a batch (`rapidsse._wire.compute_lines`): the events that
+/// are Structs, each with the payload of its line (one JSON value a line; blank lines, which no
+/// batch holds, are skipped). False when the Python pass must do them.
 #[pyfunction]
 pub(crate) fn wire_compute_lines(
     events: &Bound<'_, PyList>,
