@@ -506,6 +506,35 @@ def test_kernel_timestamps_count_a_token_when_it_arrived_not_when_it_was_read(ti
         assert all(0.085 < gap < 0.115 for gap in one.itls), one.itls
 
 
+@pytest.mark.parametrize("step", [5.0, -5.0, 0.2])
+def test_kernel_timestamps_survive_a_stepped_wall_clock(step, monkeypatch):
+    """The kernel stamps on the wall clock. Stepped by ``step`` seconds after the first token (as a
+    resumed VM's clock is set), a stamp that would put a read before the connection or the read
+    before it is not taken: the token counts when it was read, never before its request, and the
+    times stay in order."""
+    if not m.kernel_timestamps():
+        pytest.skip("no kernel receive timestamps here")
+    wall = time.time_ns
+    stepped = []
+
+    class Stepping(m._ChatAdapter):
+        def feed(self, chunk):
+            tokens = super().feed(chunk)
+            if tokens and not stepped:
+                stepped.append(True)
+                monkeypatch.setattr(time, "time_ns", lambda: wall() + int(step * 1e9))
+            return tokens
+
+    monkeypatch.setitem(m._ADAPTERS, "chat", Stepping)
+    with SyntheticServer(tokens=5, rate=20, ttft=0.03) as server:
+        run = run_async(m.measure(m.endpoint_url(server.url, "chat"), [m.request_body("chat", "x")], protocol="chat",
+                                  num_prompts=1, timestamps="kernel"))
+    (one,) = run.results
+    assert one.ok and len(one.token_times) == 5 and stepped
+    assert 0.03 <= one.ttft < 1.0 and one.token_times == sorted(one.token_times)
+    assert 0.03 + 4 / 20 <= one.token_times[-1] < 2.0, one.token_times
+
+
 def test_kernel_stamped_connections_try_every_address():
     """As create_connection does: ``localhost`` may resolve to ``::1`` first and be served on
     ``127.0.0.1`` only. Here the first address refuses, the second serves."""

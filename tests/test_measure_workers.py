@@ -122,7 +122,8 @@ def test_workers_report_every_request_and_keep_one_cap(synthetic):
     assert report["failure_reasons"] == {} and report["completed"] == 30 and len(seen) == 30
     assert [r.index for r in run.results] == list(range(30))
     assert [r.due for r in run.results] == m.arrival_times(30, 200, 1.0, 5)  # the one-process schedule
-    assert all(len(r.token_times) == 10 and r.ttft >= 0.02 for r in run.results)
+    odd = [(r.index, r.ttft, r.token_times) for r in run.results if len(r.token_times) != 10 or r.ttft < 0.02]
+    assert not odd
     assert report["total_input_tokens"] == 30 * 4
     # one cap across both workers: never more than 3 in flight, measured on the shared clock
     assert report["max_concurrent_requests"] <= 3 and report["timestamps"] == "kernel"

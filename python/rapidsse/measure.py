@@ -636,14 +636,19 @@ class _StampedConnection:
     kernel's timestamp of the moment its last byte arrived, and the protocol gets the bytes with
     that moment (on :func:`time.perf_counter`'s clock) instead of the moment the event loop got
     round to them. A client busy with other streams then delays when a token is read, not when it
-    is counted as arrived."""
+    is counted as arrived.
 
-    __slots__ = ("_loop", "_sock", "_protocol")
+    The kernel stamps on the wall clock, which may be stepped (a VM's clock set right after it is
+    resumed, NTP at boot): a stamp that would put the bytes before the previous read's, or before
+    the connection was made, is not taken, and the read counts at the moment it was read."""
+
+    __slots__ = ("_loop", "_sock", "_protocol", "_floor")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: _Exchange) -> None:
         self._loop = loop
         self._sock: socket.socket | None = sock
         self._protocol: _Exchange | None = protocol
+        self._floor = time.perf_counter()  # before the request is sent: no answer can arrive earlier
         protocol.connection_made(self)
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -664,9 +669,11 @@ class _StampedConnection:
         now = time.perf_counter()
         if ancillary:
             seconds, nanoseconds = _TIMESPEC.unpack_from(ancillary[0][2])
-            waited = time.time_ns() - (seconds * 1_000_000_000 + nanoseconds)
-            if waited > 0:  # (the kernel's clock is the wall clock: only the wait is taken from it)
-                now -= waited / 1e9
+            # (The kernel's clock is the wall clock: only the wait is taken from it.)
+            stamped = now - (time.time_ns() - (seconds * 1_000_000_000 + nanoseconds)) / 1e9
+            if self._floor <= stamped < now:
+                now = stamped
+        self._floor = now
         protocol = self._protocol
         if protocol is not None:
             protocol.received(data, now)
