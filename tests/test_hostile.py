@@ -194,7 +194,8 @@ def json_member(draw) -> bytes:
 def mutated(draw, base: bytes) -> bytes:
     data = bytearray(base)
     for _ in range(draw(st.integers(0, 6))):
-        op = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "member", "member", "dup", "cut-escape"]))
+        op = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "member", "member", "dup", "cut-escape",
+                                   "join", "split"]))
         pos = draw(st.integers(0, len(data)))
         if op == "flip" and data:
             pos = min(pos, len(data) - 1)
@@ -218,6 +219,18 @@ def mutated(draw, base: bytes) -> bytes:
             if at >= 0:
                 end = data.find(b"\n", at)
                 data[at + 2 : end if end >= 0 else len(data)] = b""
+        elif op == "join":
+            # Two events' payloads on one `data:` line: `{...} {...}` is one bad payload, not two events.
+            at = data.find(b"\n\ndata: ", pos)
+            if at >= 0:
+                data[at : at + 8] = draw(st.sampled_from([b" ", b"", b"\t"]))
+        elif op == "split":
+            # A payload cut in two events: neither half is a JSON value, whatever follows the second.
+            at = data.find(b"data: {", pos)
+            if at >= 0:
+                end = data.find(b"\n", at)
+                cut = draw(st.integers(at + 7, end if end >= 0 else len(data)))
+                data[cut:cut] = b"\n\ndata: "
         elif op == "dup" and data:
             end = min(len(data), pos + draw(st.integers(1, 200)))
             data[pos:pos] = data[pos:end]
