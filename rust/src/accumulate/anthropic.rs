@@ -822,8 +822,14 @@ fn quick_delta<'s>(
     let (head, kind) = QUICK_DELTAS
         .iter()
         .find(|(head, _)| starting_with(rest, head).is_some())?;
+    // The string's quote right after the head: `Lexer::string` would skip JSON whitespace to
+    // it, and a CR or LF there ends the data line (in raw SSE bytes, `len` None) before it.
+    let quote = HEAD.len() + digits + head.len();
+    if buf.get(quote) != Some(&b'"') {
+        return None;
+    }
     let mut lx = Lexer::new(buf);
-    lx.seek(HEAD.len() + digits + head.len()); // before the string (its quote)
+    lx.seek(quote);
     let text = lx.string(scratch)?;
     let at = lx.position();
     let len = match len {
@@ -1247,6 +1253,21 @@ mod tests {
             assert!(quick_delta(payload.as_bytes(), None, &mut scratch).is_none());
             let cr = format!("{payload}\r\n");
             assert!(quick_delta(cr.as_bytes(), None, &mut scratch).is_none());
+            // A line end before the string (JSON whitespace to a reader, the end of the data
+            // line to the framer), or a space: not taken.
+            let head = QUICK_DELTAS.iter().find_map(|(head, _)| {
+                let head = std::str::from_utf8(head).expect("ASCII");
+                payload.find(head).map(|at| at + head.len())
+            });
+            if let Some(at) = head.filter(|&at| payload[at..].starts_with('"')) {
+                for gap in ["\r\n", "\r", "\n", " "] {
+                    let cut = format!("{}{gap}{}\n\n", &payload[..at], &payload[at..]);
+                    assert!(
+                        quick_delta(cut.as_bytes(), None, &mut scratch).is_none(),
+                        "{cut:?}"
+                    );
+                }
+            }
         }
         // On the corpus, every payload it takes gives the message the general path gives.
         let mut taken = 0;
