@@ -405,7 +405,8 @@ def test_a_line_end_where_json_allows_whitespace_ends_the_data_line_for_the_tap(
     ``"content":``) is JSON whitespace to a reader of the payload, but ends the data line for the
     framer: the text is not part of the event. The Rust tap's whole-event reader once skipped it
     and read the text anyway (found by hypothesis on an Anthropic recording, as a debug assertion
-    of the framer). Every event of the recording so cut, whole or in one-byte chunks."""
+    of the framer). The protocol's first 60 corpus events, each with a text so cut, fed whole and
+    in one-byte chunks."""
     cls, protocol = kind
     events = _EVENTS[protocol][:60]
     keys = (b'"text":"', b'"delta":"', b'"content":"')
