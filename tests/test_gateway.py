@@ -1,6 +1,11 @@
 """rapidsse.gateway between real clients and the replay and synthetic servers, all on loopback:
 byte-identical streams, the same final objects as talking to the server directly, one record per
-exchange with the recording's usage; and each fault outcome with its own upstream."""
+exchange with the recording's usage; each fault outcome with its own upstream; the hooks
+(``on_request``, ``on_complete``), the limits and the security properties.
+
+Every test that takes the ``engine`` fixture runs on both engines (``asyncio`` and ``native``, the
+latter skipped where it cannot run); the few that do not say why they test the asyncio engine
+only."""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import sys
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,7 +32,9 @@ httpx = pytest.importorskip("httpx")
 
 import rapidsse  # noqa: E402
 from rapidsse import RealtimeAccumulator  # noqa: E402
-from rapidsse.gateway import ExchangeRecord, Tokens, create_gateway  # noqa: E402
+import rapidsse.gateway  # noqa: E402
+from rapidsse.gateway import (ExchangeRecord, GatewayRequest, Metrics, Recorder, Reject, Tokens,  # noqa: E402
+                              create_gateway, parse_upstreams)
 from rapidsse.integrations import to_builtins  # noqa: E402
 from rapidsse.serve import BackgroundServer, ReplayServer, Synthetic, SyntheticServer  # noqa: E402
 
@@ -117,6 +126,41 @@ def expected_tokens(protocol: str, final) -> Tokens | None:
                   usage.get("cachedContentTokenCount"), thoughts)
 
 
+# --- The engines -------------------------------------------------------------------------------------
+
+
+def native_engine_skip() -> str | None:
+    """Why the native engine cannot run here (None when it can)."""
+    if rapidsse.BACKEND != "rust":
+        return "the native engine needs the compiled extension (this run is on the pure Python backend)"
+    try:
+        from rapidsse.gateway.native import available
+    except ImportError:
+        return "the native engine is not built yet"
+    if not available():
+        return "the native engine is not built yet"
+    return None
+
+
+@pytest.fixture(scope="module", params=["asyncio", "native"])
+def engine(request) -> str:
+    if request.param == "native":
+        reason = native_engine_skip()
+        if reason is not None:
+            pytest.skip(reason)
+    return request.param
+
+
+@contextmanager
+def gateway_on(engine: str, upstream, *, on_complete=None, **options):
+    """A gateway on ``engine`` to ``upstream`` (a URL or ``{name: url}``) on a free port, stopped
+    on leaving (``rapidsse.gateway.start``: the same call for both engines)."""
+    options.setdefault("log_level", "warning")
+    options.setdefault("grace", 2.0)
+    with rapidsse.gateway.start(upstream, engine=engine, on_complete=on_complete, port=0, **options) as server:
+        yield server
+
+
 # --- One replay server of the whole corpus, one gateway in front of it ------------------------------
 
 
@@ -128,19 +172,19 @@ def replay():
 
 
 @pytest.fixture(scope="module")
-def records():
+def records(engine):
     return Records()
 
 
-def in_front(upstream, records: Records):
+def in_front(engine: str, upstream, records: Records):
     """A gateway to ``upstream`` recording into ``records``, for the module's fixtures."""
-    with BackgroundServer(create_gateway(upstream.url, on_complete=records)) as server:
+    with gateway_on(engine, upstream.url, on_complete=records) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def gateway(replay, records):
-    yield from in_front(replay, records)
+def gateway(engine, replay, records):
+    yield from in_front(engine, replay, records)
 
 
 SMALL = {kind: [p for p in files if p.stat().st_size < 12_000] for kind, files in RECORDINGS.items()}
@@ -155,8 +199,8 @@ def small_replay():
 
 
 @pytest.fixture(scope="module")
-def small_gateway(small_replay, records):
-    yield from in_front(small_replay, records)
+def small_gateway(engine, small_replay, records):
+    yield from in_front(engine, small_replay, records)
 
 
 @pytest.fixture(scope="module")
@@ -166,13 +210,13 @@ def synthetic():
 
 
 @pytest.fixture(scope="module")
-def synthetic_records():
+def synthetic_records(engine):
     return Records()
 
 
 @pytest.fixture(scope="module")
-def synthetic_gateway(synthetic, synthetic_records):
-    yield from in_front(synthetic, synthetic_records)
+def synthetic_gateway(engine, synthetic, synthetic_records):
+    yield from in_front(engine, synthetic, synthetic_records)
 
 
 @pytest.mark.parametrize("protocol", KINDS)
@@ -438,6 +482,8 @@ def test_metrics(synthetic_gateway, synthetic_records):
     assert 'rapidsse_gateway_duration_seconds_bucket{le="+Inf",protocol="chat"}' in text
 
 
+# asyncio engine only: the reference cycles of the exchanges' Python objects on the event loop (the
+# native engine makes none of those), and create_gateway's ASGI app in a server of one's own.
 @pytest.mark.parametrize("tap", [True, False], ids=["tapped", "no-tap"])
 def test_exchanges_leave_no_reference_cycles(tap):
     """``rapidsse gateway`` freezes what startup made and raises the collector's thresholds, so
@@ -527,11 +573,11 @@ DELTA = b'event: response.output_text.delta\ndata: {"type":"response.output_text
         b'"content_index":0,"delta":"x"}\n\n'
 
 
-def test_client_gone_closes_upstream_at_once():
+def test_client_gone_closes_upstream_at_once(engine):
     upstream_app = FaultyUpstream("stall", OPENING)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+            gateway_on(engine, upstream.url, on_complete=records) as gateway:
         with httpx.Client(timeout=TIMEOUT) as client:
             with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
                 first = next(reply.iter_raw())
@@ -542,13 +588,13 @@ def test_client_gone_closes_upstream_at_once():
     assert accumulator.response.id == "r1"
 
 
-def test_a_client_gone_mid_batch_leaves_nothing_forwarded_untapped():
+def test_a_client_gone_mid_batch_leaves_nothing_forwarded_untapped(engine):
     """The client leaves while the tap holds a batch of chunks (after the first output): they are
     fed before the record is made."""
     upstream_app = FaultyUpstream("trickle", OPENING, DELTA)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+            gateway_on(engine, upstream.url, on_complete=records) as gateway:
         received = b""
         with httpx.Client(timeout=TIMEOUT) as client:
             with client.stream("POST", gateway.url + "/v1/responses", json={"stream": True}) as reply:
@@ -573,11 +619,11 @@ def _received_until_cut(gateway_url: str) -> bytes:
     return b"".join(received)
 
 
-def test_upstream_cut_gives_every_byte_and_then_cuts_the_client(caplog):
+def test_upstream_cut_gives_every_byte_and_then_cuts_the_client(engine, caplog):
     upstream_app = FaultyUpstream("cut", OPENING + DELTA)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+            gateway_on(engine, upstream.url, on_complete=records) as gateway:
         received = _received_until_cut(gateway.url)
         (record, accumulator), = records.take(1)
     assert received == OPENING + DELTA  # everything sent, nothing invented
@@ -585,13 +631,13 @@ def test_upstream_cut_gives_every_byte_and_then_cuts_the_client(caplog):
     assert accumulator.output_text == "x" and record.ttft is not None
 
 
-def test_what_came_before_a_cut_is_all_tapped():
+def test_what_came_before_a_cut_is_all_tapped(engine):
     """After the first output the tap is fed in batches; a cut with a batch still held feeds it
     first: the record and the accumulator account for every chunk forwarded."""
     upstream_app = FaultyUpstream("trickle_cut", OPENING, DELTA)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+            gateway_on(engine, upstream.url, on_complete=records) as gateway:
         received = _received_until_cut(gateway.url)
         (record, accumulator), = records.take(1)
     assert received == OPENING + DELTA * 8
@@ -599,11 +645,11 @@ def test_what_came_before_a_cut_is_all_tapped():
     assert accumulator.output_text == "x" * 8
 
 
-def test_upstream_stall_past_the_read_timeout_is_a_cut():
+def test_upstream_stall_past_the_read_timeout_is_a_cut(engine):
     upstream_app = FaultyUpstream("stall", OPENING + DELTA)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.5)) as gateway:
+            gateway_on(engine, upstream.url, on_complete=records, read_timeout=0.5) as gateway:
         received = _received_until_cut(gateway.url)
         (record, _), = records.take(1)
         assert upstream_app.disconnected.wait(TIMEOUT)
@@ -611,13 +657,13 @@ def test_upstream_stall_past_the_read_timeout_is_a_cut():
     assert record.outcome == "upstream_cut" and "0.5 s" in record.error
 
 
-def test_a_stream_that_keeps_coming_within_the_read_timeout_is_not_cut():
+def test_a_stream_that_keeps_coming_within_the_read_timeout_is_not_cut(engine):
     """The read timeout is upstream's silence, not the stream's length: a chunk every 0.15 s for
     1.2 s under a 0.5 s read timeout goes through whole."""
     upstream_app = FaultyUpstream("trickle", OPENING, DELTA)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.5)) as gateway:
+            gateway_on(engine, upstream.url, on_complete=records, read_timeout=0.5) as gateway:
         with httpx.Client(timeout=TIMEOUT) as client:
             reply = client.post(gateway.url + "/v1/responses", json={"stream": True})
         (record, _), = records.take(1)
@@ -625,7 +671,7 @@ def test_a_stream_that_keeps_coming_within_the_read_timeout_is_not_cut():
     assert record.outcome == "complete" and record.events == 9 and record.duration > 1.0
 
 
-def test_a_client_that_stops_reading_past_the_read_timeout_is_not_cut():
+def test_a_client_that_stops_reading_past_the_read_timeout_is_not_cut(engine):
     """Waiting on the client (its backpressure) is not upstream's silence: a client that reads
     nothing for twice the read timeout while the gateway holds upstream's reply still gets all
     of it."""
@@ -633,8 +679,8 @@ def test_a_client_that_stops_reading_past_the_read_timeout_is_not_cut():
     upstream_app = FaultyUpstream("burst", OPENING, chunk)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.4)) as gateway:
-        client = socket.create_connection(("127.0.0.1", gateway.port))
+            gateway_on(engine, upstream.url, on_complete=records, read_timeout=0.4) as gateway:
+        client = socket.create_connection(("127.0.0.1", gateway.address[1]))
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         client.sendall(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 16\r\n\r\n{\"stream\": true}")
         received = bytearray(client.recv(65536))
@@ -651,11 +697,11 @@ def test_a_client_that_stops_reading_past_the_read_timeout_is_not_cut():
     assert record.bytes == len(OPENING) + 512 * len(chunk) and record.events == 1 + 512 * 600
 
 
-def test_an_upstream_that_sends_no_reply_within_the_read_timeout_is_a_502():
+def test_an_upstream_that_sends_no_reply_within_the_read_timeout_is_a_502(engine):
     """No headers from upstream for ``read_timeout`` seconds: a 502 in the protocol's shape."""
     records = Records()
     with BackgroundServer(FaultyUpstream("silent")) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records, read_timeout=0.5)) as gateway:
+            gateway_on(engine, upstream.url, on_complete=records, read_timeout=0.5) as gateway:
         with httpx.Client(timeout=TIMEOUT) as client:
             started = time.monotonic()
             reply = client.post(gateway.url + "/v1/messages", json={"stream": True})
@@ -731,6 +777,7 @@ class KeepAliveRace:
         self._loop.close()
 
 
+# asyncio engine only: the resend works around aiohttp's pool (it resends only idempotent methods).
 def test_a_request_on_a_pooled_connection_upstream_just_closed_is_sent_once_more():
     """The keep-alive race: the second request goes out on the pooled connection of the first,
     which upstream closes unanswered. aiohttp resends only idempotent methods by itself (not a
@@ -754,11 +801,11 @@ def test_a_request_on_a_pooled_connection_upstream_just_closed_is_sent_once_more
     assert [(r.outcome, r.tokens) for r, _ in got] == [("complete", Tokens(input=1, output=1))] * 2
 
 
-def test_unreachable_upstream_is_a_502_in_each_protocols_error_shape():
+def test_unreachable_upstream_is_a_502_in_each_protocols_error_shape(engine):
     openai = pytest.importorskip("openai")
     anthropic = pytest.importorskip("anthropic")
     records = Records()
-    with BackgroundServer(create_gateway(free_port_url(), on_complete=records, connect_timeout=2)) as gateway:
+    with gateway_on(engine, free_port_url(), on_complete=records, connect_timeout=2) as gateway:
         with pytest.raises(openai.APIStatusError) as raised:
             openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
@@ -777,12 +824,12 @@ def test_unreachable_upstream_is_a_502_in_each_protocols_error_shape():
     assert [r.protocol for r in got] == ["chat", "anthropic", "gemini", None]
 
 
-def test_a_malformed_stream_is_forwarded_untouched_and_recorded_bad():
+def test_a_malformed_stream_is_forwarded_untouched_and_recorded_bad(engine):
     malformed = OPENING + b"data: {not json\n\n" + DELTA + b"data: [1, 2\n\n"
     upstream_app = FaultyUpstream("malformed", malformed)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
+            gateway_on(engine, upstream.url, on_complete=records) as gateway:
         with httpx.Client(timeout=TIMEOUT) as client:
             reply = client.post(gateway.url + "/v1/responses?x=1", content=b'{"stream": true}',
                                 headers={"authorization": "Bearer k", "anthropic-version": "v", "openai-beta": "b",
@@ -800,11 +847,11 @@ def test_a_malformed_stream_is_forwarded_untouched_and_recorded_bad():
     assert headers[b"accept-encoding"] == b"identity" and b"x-hop" not in headers
 
 
-def test_an_exception_in_on_complete_is_logged_and_never_reaches_the_client(synthetic, caplog):
+def test_an_exception_in_on_complete_is_logged_and_never_reaches_the_client(engine, synthetic, caplog):
     def broken(record, accumulator):
         raise RuntimeError("the billing database is down")
 
-    with BackgroundServer(create_gateway(synthetic.url, on_complete=broken)) as gateway, \
+    with gateway_on(engine, synthetic.url, on_complete=broken) as gateway, \
             caplog.at_level(logging.ERROR, logger="rapidsse.gateway"):
         with httpx.Client(timeout=TIMEOUT) as client:
             first = client.post(gateway.url + "/v1/messages", json={"stream": True, "model": "m"})
@@ -831,7 +878,7 @@ def kernel_queues(ports: set[int]) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the kernel's socket queues (Linux)")
-def test_a_slow_client_gets_backpressure():
+def test_a_slow_client_gets_backpressure(engine):
     """A client that stops reading: upstream is read no further ahead, and what the gateway holds
     itself (what upstream sent, less what the client read and what the kernel's socket queues
     hold) stays under a MiB."""
@@ -839,8 +886,8 @@ def test_a_slow_client_gets_backpressure():
     upstream_app = FaultyUpstream("endless", OPENING, chunk)
     records = Records()
     with BackgroundServer(upstream_app) as upstream, \
-            BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway:
-        client = socket.create_connection(("127.0.0.1", gateway.port))
+            gateway_on(engine, upstream.url, on_complete=records) as gateway:
+        client = socket.create_connection(("127.0.0.1", gateway.address[1]))
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         client.sendall(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 16\r\n\r\n{\"stream\": true}")
         received = client.recv(65536)
@@ -850,7 +897,7 @@ def test_a_slow_client_gets_backpressure():
             sent = upstream_app.sent
             time.sleep(0.5)
         assert upstream_app.sent == sent
-        held = sent - len(received) - kernel_queues({upstream.port, gateway.port})
+        held = sent - len(received) - kernel_queues({upstream.port, gateway.address[1]})
         assert sent < 64 * 1024 * 1024 and held < 1024 * 1024, (sent, held)
         while len(received) < sent:  # the client reads on: the stream flows again
             received += client.recv(1 << 20)
@@ -863,11 +910,13 @@ def test_a_slow_client_gets_backpressure():
 # --- The command line and the example --------------------------------------------------------------
 
 
+# asyncio engine only: worker processes are the asyncio engine's way to use several cores.
 def test_the_command_line_with_two_workers(synthetic, tmp_path):
     """``rapidsse gateway --workers 2``: records as JSON lines, and /metrics counts the exchanges
     of both workers."""
     process = subprocess.Popen([sys.executable, "-m", "rapidsse", "gateway", "--upstream", synthetic.url,
-                                "--port", "0", "--workers", "2"], stderr=subprocess.PIPE, text=True)
+                                "--port", "0", "--workers", "2", "--engine", "asyncio"], stderr=subprocess.PIPE,
+                               text=True)
     try:
         line = process.stderr.readline()
         assert line.startswith("rapidsse gateway: http://127.0.0.1:"), line
@@ -902,19 +951,32 @@ def test_the_command_line_with_two_workers(synthetic, tmp_path):
     assert {r["tokens"]["output"] for r in records} == {8}
 
 
-def test_the_example_bills_each_key(synthetic):
+def test_the_example_bills_each_key(engine, synthetic):
     spec = importlib.util.spec_from_file_location("rapidsse_example_gateway", ROOT / "examples" / "gateway.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     ledger = example.Ledger()
-    with BackgroundServer(example.create_app(synthetic.url, ledger)) as gateway, httpx.Client(timeout=TIMEOUT) as c:
+    upstreams = {name: synthetic.url for name in example.UPSTREAMS}
+    with example.start_gateway(upstreams, ledger, engine=engine, port=0, log_level="warning", grace=2.0) as gateway, \
+            httpx.Client(timeout=TIMEOUT) as c:
         body = {"stream": True, "model": "m", "input": "a b c d"}
         for key in ("one", "two", "two"):
             assert c.post(gateway.url + "/v1/responses", json=body, headers={"authorization": key}).status_code == 200
+        claude = c.post(gateway.url + "/v1/messages", json={"stream": True, "model": "m", "max_tokens": 5,
+                                                             "messages": [{"role": "user", "content": "a b c d"}]},
+                        headers={"x-api-key": "one"})
+        anonymous = c.post(gateway.url + "/v1/messages", json={"stream": True, "model": "m"})
         deadline = time.monotonic() + TIMEOUT
-        while len(ledger.records) < 3 and time.monotonic() < deadline:
+        while len(ledger.records) < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
-    one, two = (example.api_key([(b"authorization", key)]) for key in (b"one", b"two"))
+    assert claude.status_code == 200 and b"message_stop" in claude.content
+    assert anonymous.status_code == 401 and anonymous.json()["error"]["type"] == "authentication_error"
+    one, two = (example.api_key({"authorization": key}) for key in ("one", "two"))
+    assert one != two and "one" not in one
     fresh, _, output = example.PRICES["default"]
-    assert ledger.owed[one] == pytest.approx((4 * fresh + 8 * output) / 1e6)
-    assert ledger.owed[two] == pytest.approx(2 * ledger.owed[one])
+    responses_one = (4 * fresh + 8 * output) / 1e6
+    assert ledger.owed[two] == pytest.approx(2 * responses_one)
+    assert ledger.owed[one] == pytest.approx(responses_one + (4 * fresh + 5 * output) / 1e6)
+    assert sorted((r.caller or "", r.protocol, r.outcome) for r in ledger.records) == sorted(
+        [(one, "responses", "complete"), (two, "responses", "complete"), (two, "responses", "complete"),
+         (one, "anthropic", "complete"), ("", "anthropic", "rejected")])
