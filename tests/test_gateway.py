@@ -980,3 +980,493 @@ def test_the_example_bills_each_key(engine, synthetic):
     assert sorted((r.caller or "", r.protocol, r.outcome) for r in ledger.records) == sorted(
         [(one, "responses", "complete"), (two, "responses", "complete"), (two, "responses", "complete"),
          (one, "anthropic", "complete"), ("", "anthropic", "rejected")])
+
+
+# --- The hooks: on_request, the upstreams, the recorder ----------------------------------------------
+
+
+class RawUpstream:
+    """A raw HTTP/1.1 upstream (asyncio streams on a thread of its own) that records each request
+    as it came on the wire (request line, headers, body) and answers JSON naming itself, keeping
+    the connection open. ``requests`` lists ``(request_line, {name: value}, body)``."""
+
+    def __init__(self, name: str = "upstream") -> None:
+        self.name = name
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self._loop = asyncio.new_event_loop()
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+    async def _serve(self, reader, writer):
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+                headers = {}
+                for line in head[1:]:
+                    if line:
+                        name, _, value = line.partition(":")
+                        headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.requests.append((head[0], headers, body))
+                reply = json.dumps({"upstream": self.name, "line": head[0]}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                             % len(reply) + reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def close(self) -> None:
+        async def shutdown() -> None:
+            self._server.close()
+            handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(TIMEOUT)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(TIMEOUT)
+        self._loop.close()
+
+    def __enter__(self) -> RawUpstream:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def test_parse_upstreams():
+    assert parse_upstreams("https://api.openai.com/") == {"default": "https://api.openai.com"}
+    assert parse_upstreams({"b": "http://127.0.0.1:8000/v1/", "a": "https://x.example"}) == {
+        "b": "http://127.0.0.1:8000/v1", "a": "https://x.example"}
+    assert list(parse_upstreams({"z": "http://z.example", "a": "http://a.example"})) == ["z", "a"]  # first: default
+    for bad, said in [("ftp://x.example", "http:// or https://"), ("http://", "no host"), ("api.openai.com", "http"),
+                      ("http://x.example/?a=1", "no query"), ("http://x.example/#f", "no query or fragment"),
+                      ("http://user:pw@x.example", "credentials"), ("http://x.example:99999", "not a valid URL"),
+                      ({}, "names no upstream"), ({"": "http://x.example"}, "non-empty"), (["http://x"], "mapping")]:
+        with pytest.raises(ValueError, match=said):
+            parse_upstreams(bad)
+
+
+def test_reject_takes_error_statuses_only():
+    assert Reject(403, "no").status == 403
+    for status in (200, 302, 600):
+        with pytest.raises(ValueError, match="400-599"):
+            Reject(status, "no")
+
+
+def test_engine_choice():
+    with pytest.raises(ValueError, match="engine must be one of"):
+        rapidsse.gateway.start("http://127.0.0.1:1", engine="twisted", port=0)
+    with pytest.raises(ValueError, match="threads must be None or 1"):
+        rapidsse.gateway.start("http://127.0.0.1:1", engine="asyncio", threads=4, port=0)
+    with pytest.raises(ValueError, match="no host"):
+        rapidsse.gateway.start("http://", engine="asyncio", port=0)
+    if rapidsse.BACKEND == "python":
+        assert rapidsse.gateway.default_engine() == "asyncio"
+        with pytest.raises(RuntimeError, match="compiled extension"):
+            rapidsse.gateway.start("http://127.0.0.1:1", engine="native", port=0)
+    else:
+        assert rapidsse.gateway.default_engine() == ("asyncio" if native_engine_skip() else "native")
+
+
+def test_on_request_routes_by_protocol_to_one_of_several_upstreams(engine):
+    routes = {"anthropic": "claude", "gemini": "google"}
+    seen: list[GatewayRequest] = []
+
+    def on_request(request: GatewayRequest):
+        seen.append((request.method, request.path, request.query, request.protocol, request.model, request.body,
+                     request.upstream))
+        request.upstream = routes.get(request.protocol)
+        return None
+
+    records = Records()
+    with RawUpstream("openai") as openai, RawUpstream("claude") as claude, RawUpstream("google") as google, \
+            gateway_on(engine, {"openai": openai.url, "claude": claude.url, "google": google.url},
+                       on_request=on_request, on_complete=records) as gateway, httpx.Client(timeout=TIMEOUT) as client:
+        replies = [client.post(gateway.url + "/v1/chat/completions?x=1", json={"model": "gpt"}),
+                   client.post(gateway.url + "/v1/messages", json={"model": "claude-x"}),
+                   client.post(gateway.url + "/v1beta/models/gemini-x:generateContent", json={}),
+                   client.get(gateway.url + "/v1/models")]
+        got = [r for r, _ in records.take(4)]
+    assert [r.json()["upstream"] for r in replies] == ["openai", "claude", "google", "openai"]
+    assert [line for line, _, _ in openai.requests] == ["POST /v1/chat/completions?x=1 HTTP/1.1",
+                                                        "GET /v1/models HTTP/1.1"]
+    assert claude.requests[0][0] == "POST /v1/messages HTTP/1.1" and len(google.requests) == 1
+    assert seen[0] == ("POST", "/v1/chat/completions", "x=1", "chat", "gpt", b'{"model":"gpt"}', None)
+    assert seen[2][3:5] == ("gemini", "gemini-x") and seen[3][3] is None
+    assert [(r.protocol, r.outcome, r.caller) for r in got] == [
+        ("chat", "complete", None), ("anthropic", "complete", None), ("gemini", "complete", None), (None, "complete", None)]
+
+
+def test_on_request_edits_the_headers_upstream_sees_and_names_the_caller(engine):
+    def on_request(request: GatewayRequest):
+        key = request.headers.pop("authorization")
+        request.caller = "caller-" + key[-4:]
+        request.headers["x-api-key"] = "gateway-held-key"  # replaces the client's
+        request.headers["x-added"] = "yes"
+        del request.headers["x-drop"]
+        return None
+
+    records = Records()
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_request=on_request,
+                                               on_complete=records) as gateway:
+        reply = httpx.post(gateway.url + "/v1/messages", json={"model": "m"}, timeout=TIMEOUT,
+                           headers={"authorization": "Bearer client-1234", "x-api-key": "client-key",
+                                    "x-drop": "no", "anthropic-version": "v"})
+        (record, _), = records.take(1)
+    assert reply.status_code == 200
+    _, headers, _ = upstream.requests[0]
+    assert headers["x-api-key"] == "gateway-held-key" and headers["x-added"] == "yes"
+    assert headers["anthropic-version"] == "v" and "authorization" not in headers and "x-drop" not in headers
+    assert record.caller == "caller-1234" and record.outcome == "complete"
+    assert json.loads(msgspec_json(record))["caller"] == "caller-1234"
+
+
+def msgspec_json(record) -> bytes:
+    import msgspec
+
+    return msgspec.json.encode(record)
+
+
+@pytest.mark.parametrize("protocol,route,check", [
+    ("chat", "/v1/chat/completions", lambda e: e["error"]["message"] == "quota spent" and e["error"]["type"]
+     == "invalid_request_error"),
+    ("anthropic", "/v1/messages", lambda e: e["type"] == "error" and e["error"] == {
+        "type": "rate_limit_error", "message": "quota spent"}),
+    ("gemini", "/v1beta/models/g:streamGenerateContent", lambda e: e["error"] == {
+        "code": 429, "message": "quota spent", "status": "RESOURCE_EXHAUSTED"}),
+])
+def test_a_rejected_request_gets_the_status_in_its_apis_error_shape(engine, protocol, route, check):
+    records = Records()
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_complete=records,
+                                               on_request=lambda request: Reject(429, "quota spent")) as gateway:
+        reply = httpx.post(gateway.url + route, json={"model": "m", "stream": True}, timeout=TIMEOUT)
+        (record, accumulator), = records.take(1)
+    assert reply.status_code == 429 and reply.headers["content-type"] == "application/json"
+    assert check(reply.json()), reply.json()
+    assert upstream.requests == []  # never contacted
+    assert record.outcome == "rejected" and record.status == 429 and record.protocol == protocol
+    assert "quota spent" in record.error and accumulator is None
+
+
+def test_an_on_request_that_raises_is_a_500_and_logged(engine, caplog):
+    def on_request(request):
+        raise KeyError("the caller table is gone")
+
+    records = Records()
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_request=on_request,
+                                               on_complete=records) as gateway, \
+            caplog.at_level(logging.ERROR, logger="rapidsse.gateway"):
+        openai_style = httpx.post(gateway.url + "/v1/responses", json={}, timeout=TIMEOUT)
+        anthropic_style = httpx.post(gateway.url + "/v1/messages", json={}, timeout=TIMEOUT)
+        got = [r for r, _ in records.take(2)]
+    assert openai_style.status_code == anthropic_style.status_code == 500
+    assert openai_style.json()["error"]["type"] == "server_error"
+    assert anthropic_style.json()["error"]["type"] == "api_error"
+    assert "the caller table is gone" not in openai_style.text  # the client is not told the gateway's insides
+    assert upstream.requests == []
+    assert [r.outcome for r in got] == ["rejected"] * 2 and {r.status for r in got} == {500}
+    assert all("on_request raised KeyError" in r.error for r in got)
+    assert "the caller table is gone" in caplog.text and "on_request raised" in caplog.text
+
+
+def test_a_slow_on_complete_does_not_delay_streams(engine, synthetic):
+    """``on_complete`` sleeps 0.5 s per record: 24 streams still take well under that each, since
+    the records wait on the recorder's thread, not the streams."""
+    done: list[ExchangeRecord] = []
+
+    def slow(record, accumulator):
+        time.sleep(0.5)
+        done.append(record)
+
+    with gateway_on(engine, synthetic.url, on_complete=slow, grace=1.0) as gateway, \
+            httpx.Client(timeout=TIMEOUT) as client:
+        started = time.monotonic()
+        for _ in range(24):
+            reply = client.post(gateway.url + "/v1/chat/completions", json={"stream": True, "model": "m"})
+            assert reply.status_code == 200 and b"[DONE]" in reply.content
+        took = time.monotonic() - started
+        assert took < 6.0, took  # 24 x 0.5 s = 12 s if the streams waited on the hook
+        assert len(done) < 24  # the hook really is behind
+
+
+def test_the_recorder_drops_and_counts_what_a_slow_on_complete_cannot_take(caplog):
+    """Past ``max_pending`` queued records, ``submit`` drops (never blocks), counts each drop in
+    ``rapidsse_gateway_records_dropped_total`` and warns once; the queued ones still reach the
+    hook, an async one included."""
+    release = threading.Event()
+    entered = threading.Event()
+    seen: list[str] = []
+
+    async def slow(record, accumulator):
+        await asyncio.sleep(0)
+        entered.set()
+        release.wait(TIMEOUT)
+        seen.append(record.path)
+
+    metrics = Metrics()
+    recorder = Recorder(metrics, slow, max_pending=3)
+    with caplog.at_level(logging.WARNING, logger="rapidsse.gateway"):
+        recorder.submit(ExchangeRecord(protocol="chat", method="POST", path="/0"), None)
+        assert entered.wait(TIMEOUT)
+        started = time.monotonic()
+        for n in range(1, 10):
+            recorder.submit(ExchangeRecord(protocol="chat", method="POST", path=f"/{n}"), None)
+        assert time.monotonic() - started < 0.5
+        deadline = time.monotonic() + TIMEOUT
+        while "falling behind" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)
+    # one is in the hook, three are queued: six dropped
+    assert recorder.dropped == 6
+    assert caplog.text.count("falling behind") == 1
+    exposition = metrics.exposition().decode()
+    assert "rapidsse_gateway_records_dropped_total 6.0" in exposition
+    assert 'rapidsse_gateway_requests_total{model="",outcome="complete",protocol="chat"} 10.0' in exposition
+    release.set()
+    assert recorder.close(TIMEOUT)
+    assert seen == ["/0", "/1", "/2", "/3"]
+
+
+# asyncio engine only: max_pending is create_gateway's (the recorder is the same on both engines, and
+# is tested above on its own).
+def test_records_past_max_pending_are_counted_in_the_metrics(synthetic):
+    release = threading.Event()
+
+    def stuck(record, accumulator):
+        release.wait(TIMEOUT)
+
+    app = create_gateway(synthetic.url, on_complete=stuck, max_pending=2)
+    try:
+        with BackgroundServer(app) as gateway, httpx.Client(timeout=TIMEOUT) as client:
+            for _ in range(8):
+                assert client.post(gateway.url + "/v1/chat/completions", json={"stream": True}).status_code == 200
+            deadline = time.monotonic() + TIMEOUT
+            while True:  # the last record is made just after its reply ended
+                metrics = client.get(gateway.url + "/metrics").text
+                if "requests_total" in metrics and 'protocol="chat"} 8.0' in metrics or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+    finally:
+        release.set()
+    assert app.recorder.dropped == 5  # one in the hook, two queued
+    assert "rapidsse_gateway_records_dropped_total 5.0" in metrics
+
+
+def test_metrics_on_a_port_of_their_own(engine, synthetic):
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_complete=Records(), metrics_port=0) \
+            as gateway, httpx.Client(timeout=TIMEOUT) as client:
+        client.post(gateway.url + "/v1/chat/completions", json={"model": "apart"})
+        host, port = gateway.metrics_address
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            metrics = client.get(f"http://{host}:{port}/metrics").text
+            if 'model="apart"' in metrics or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        forwarded = client.get(gateway.url + "/metrics")
+    assert 'rapidsse_gateway_requests_total{model="apart",outcome="complete",protocol="chat"} 1.0' in metrics
+    assert forwarded.json()["upstream"] == "upstream" and upstream.requests[-1][0] == "GET /metrics HTTP/1.1"
+
+
+# --- Security: the upstream is the configuration's, requests are framed strictly, limits hold ------
+
+
+def raw_exchange(port: int, data: bytes, *, wait: float = TIMEOUT) -> bytes:
+    """Sends ``data`` on a new connection and returns all that comes back until the server
+    closes it (or ``wait`` seconds pass)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
+        sock.sendall(data)
+        received = b""
+        try:
+            while more := sock.recv(65536):
+                received += more
+        except (ConnectionResetError, socket.timeout):
+            pass
+    return received
+
+
+def test_the_upstream_host_never_comes_from_the_request(engine):
+    records = Records()
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_complete=records) as gateway:
+        port = gateway.address[1]
+        for target, host in [(b"http://evil.example/v1/models?a=1", b"evil.example"),
+                             (b"//evil.example/v1/models", b"x"),
+                             (b"/v1/models", b"evil.example:443")]:
+            reply = raw_exchange(port, b"GET %s HTTP/1.1\r\nhost: %s\r\nconnection: close\r\n\r\n" % (target, host))
+            assert reply.startswith(b"HTTP/1.1 200"), reply
+        records.take(3)
+    upstream_host = upstream.url.removeprefix("http://")
+    assert [line for line, _, _ in upstream.requests] == [
+        "GET /v1/models?a=1 HTTP/1.1", "GET //evil.example/v1/models HTTP/1.1", "GET /v1/models HTTP/1.1"]
+    assert [headers["host"] for _, headers, _ in upstream.requests] == [upstream_host] * 3
+
+
+@pytest.mark.parametrize("framing", [
+    b"content-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"transfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n",
+    b"content-length: 5\r\ncontent-length: 6\r\n\r\nhello!",
+], ids=["cl-then-te", "te-then-cl", "two-content-lengths"])
+def test_an_ambiguous_body_framing_is_a_400(engine, framing):
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_complete=Records()) as gateway:
+        reply = raw_exchange(gateway.address[1], b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + framing)
+    assert reply.startswith(b"HTTP/1.1 400"), reply
+    assert upstream.requests == []
+
+
+def test_a_header_block_over_max_header_bytes_is_a_431(engine):
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_complete=Records(),
+                                               max_header_bytes=4096) as gateway:
+        port = gateway.address[1]
+        under = raw_exchange(port, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-pad: %s\r\nconnection: close\r\n\r\n"
+                             % (b"a" * 3000))
+        one_big = raw_exchange(port, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-pad: %s\r\n\r\n" % (b"a" * 8000))
+        many = raw_exchange(port, b"GET /v1/models HTTP/1.1\r\nhost: x\r\n"
+                            + b"".join(b"x-pad-%d: %s\r\n" % (n, b"a" * 40) for n in range(200)) + b"\r\n")
+        endless = raw_exchange(port, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * 100_000)
+    assert under.startswith(b"HTTP/1.1 200"), under
+    for reply in (one_big, many, endless):
+        assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
+    assert len(upstream.requests) == 1
+
+
+def test_a_body_over_max_body_bytes_is_a_413_before_upstream_is_contacted(engine):
+    records = Records()
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_complete=records,
+                                               max_body_bytes=1024) as gateway:
+        port = gateway.address[1]
+        fits = raw_exchange(port, b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n"
+                            b"connection: close\r\n\r\n" + b"a" * 1000)
+        declared = raw_exchange(port, b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2048\r\n\r\n"
+                                + b"a" * 2048)
+        chunks = b"".join(b"200\r\n" + b"a" * 512 + b"\r\n" for _ in range(4)) + b"0\r\n\r\n"
+        chunked = raw_exchange(port, b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+                               + chunks)
+        got = [r for r, _ in records.take(3)]
+    assert fits.startswith(b"HTTP/1.1 200"), fits
+    assert declared.startswith(b"HTTP/1.1 413") and b'"code":"request_too_large"' in declared, declared
+    assert chunked.startswith(b"HTTP/1.1 413") and b'"request_too_large"' in chunked, chunked  # Anthropic's shape
+    assert [body for _, _, body in upstream.requests] == [b"a" * 1000]
+    assert sorted((r.outcome, r.status) for r in got) == [("complete", 200), ("rejected", 413), ("rejected", 413)]
+
+
+def test_a_client_that_does_not_finish_its_header_block_is_disconnected(engine):
+    with RawUpstream() as upstream, gateway_on(engine, upstream.url, on_complete=Records(),
+                                               header_timeout=0.5) as gateway:
+        port = gateway.address[1]
+        started = time.monotonic()
+        partial = raw_exchange(port, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-slow: ")
+        waited = time.monotonic() - started
+        started = time.monotonic()
+        silent = raw_exchange(port, b"")
+        waited_silent = time.monotonic() - started
+        # a client slower than that between its bytes, but within the timeout, is served
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n")
+            time.sleep(0.2)
+            sock.sendall(b"connection: close\r\n\r\n")
+            served = sock.recv(65536)
+    assert partial in (b"",) or partial.startswith(b"HTTP/1.1 408"), partial
+    assert silent in (b"",) or silent.startswith(b"HTTP/1.1 408"), silent
+    assert 0.4 <= waited < 5 and 0.4 <= waited_silent < 5, (waited, waited_silent)
+    assert served.startswith(b"HTTP/1.1 200") and len(upstream.requests) == 1
+
+
+def test_the_clients_keys_never_reach_a_record_a_log_line_or_a_metric(engine, synthetic, caplog, capfd):
+    secrets = {"authorization": "Bearer sk-SECRET-AUTH-0001", "x-api-key": "SECRET-XAPI-0002",
+               "x-goog-api-key": "SECRET-GOOG-0003"}
+    records = Records()
+
+    def on_complete(record, accumulator):
+        rapidsse.gateway.log_record(record, accumulator)  # the default's JSON line, logged
+        records(record, accumulator)
+
+    def on_request(request):
+        if request.path.endswith("/fail"):
+            raise RuntimeError("the hook failed")
+        request.upstream = "synthetic" if request.protocol == "chat" else None
+        return None
+
+    gateway_logger = logging.getLogger("rapidsse.gateway")
+    level = gateway_logger.level
+    try:
+        with caplog.at_level(logging.DEBUG), RawUpstream() as upstream, \
+                gateway_on(engine, {"raw": upstream.url, "synthetic": synthetic.url}, on_request=on_request,
+                           on_complete=on_complete, log_level="debug", max_body_bytes=64) as gateway, \
+                httpx.Client(timeout=TIMEOUT, headers=secrets) as client:
+            assert b"[DONE]" in client.post(gateway.url + "/v1/chat/completions", json={"stream": True}).content
+            assert client.post(gateway.url + "/v1/messages", json={"model": "m"}).status_code == 200
+            assert client.post(gateway.url + "/v1beta/models/g:generateContent", json={}).status_code == 200
+            assert client.post(gateway.url + "/v1/fail", json={}).status_code == 500
+            assert client.post(gateway.url + "/v1/messages", content=b"x" * 100).status_code == 413
+            got = records.take(5)
+            metrics = client.get(gateway.url + "/metrics").text
+            time.sleep(0.2)  # the last log lines
+    finally:
+        gateway_logger.setLevel(level)
+    out, err = capfd.readouterr()
+    seen = "\n".join([caplog.text, out, err, metrics] + [msgspec_json(r).decode() + repr(r) for r, _ in got])
+    assert '"outcome":"complete"' in caplog.text and "on_request raised" in caplog.text  # the logs were captured
+    for secret in secrets.values():
+        assert secret.split()[-1] not in seen
+    _, headers, _ = upstream.requests[0]
+    assert headers["x-api-key"] == secrets["x-api-key"]  # they did go upstream, where they belong
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pipe_bytes_unread(fd: int) -> int:
+    import fcntl
+    import struct
+    import termios
+
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the pipe's fill (FIONREAD on Linux)")
+def test_a_stderr_nobody_reads_stalls_no_stream(engine, synthetic):
+    """``rapidsse gateway`` with its stderr a pipe the test never reads: the pipe fills with the
+    records' JSON lines, and 600 streams still all go through (the log lines that do not fit are
+    dropped, not waited for)."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "rapidsse", "gateway", "--engine", engine, "--upstream",
+                                synthetic.url, "--port", str(port), "--log-level", "debug"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=TIMEOUT, limits=httpx.Limits(max_connections=16)) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.get(url + "/metrics")
+                    break
+                except httpx.TransportError:
+                    assert process.poll() is None and time.monotonic() < deadline
+                    time.sleep(0.1)
+
+            def stream(n: int) -> bool:
+                reply = client.post(url + "/v1/chat/completions", json={"stream": True, "model": f"m{n % 7}"})
+                return reply.status_code == 200 and reply.content.rstrip().endswith(b"data: [DONE]")
+
+            started = time.monotonic()
+            with ThreadPoolExecutor(8) as pool:
+                results = list(pool.map(stream, range(600), timeout=120))
+            took = time.monotonic() - started
+        assert all(results) and took < 120
+        assert pipe_bytes_unread(process.stderr.fileno()) >= 60_000  # the pipe is full: the stall was real
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(15)
+        process.stderr.close()
