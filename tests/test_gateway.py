@@ -990,12 +990,13 @@ class RawUpstream:
     as it came on the wire (request line, headers, body) and answers JSON naming itself, keeping
     the connection open. ``requests`` lists ``(request_line, {name: value}, body)``."""
 
-    def __init__(self, name: str = "upstream") -> None:
+    def __init__(self, name: str = "upstream", ssl_context=None) -> None:
         self.name = name
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         self._loop = asyncio.new_event_loop()
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.url = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0,
+                                                                          ssl=ssl_context))
+        self.url = "%s://127.0.0.1:%d" % ("https" if ssl_context else "http", self._server.sockets[0].getsockname()[1])
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
 
@@ -1470,3 +1471,60 @@ def test_a_stderr_nobody_reads_stalls_no_stream(engine, synthetic):
             process.kill()
             process.wait(15)
         process.stderr.close()
+
+
+def private_ca(tmp_path: Path):
+    """A CA of the test's own (its PEM in ``tmp_path``) and a server TLS context for 127.0.0.1
+    signed by it."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def certificate(subject, key, issuer, issuer_key, ca: bool):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if ca:
+            builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
+                                            critical=True)
+        else:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(
+                "127.0.0.1"))]), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rapidsse test CA")])
+    ca = certificate(ca_name, ca_key, ca_name, ca_key, True)
+    leaf = certificate(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), key, ca_name, ca_key, False)
+    ca_pem = tmp_path / "ca.pem"
+    ca_pem.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    chain = tmp_path / "server.pem"
+    chain.write_bytes(leaf.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(chain)
+    return ca_pem, context
+
+
+def test_an_https_upstream_signed_by_a_private_ca(engine, tmp_path):
+    """``upstream_ca`` trusts a private CA for https upstreams; without it the same upstream is
+    not trusted (a 502)."""
+    ca_pem, context = private_ca(tmp_path)
+    records = Records()
+    with RawUpstream("tls", ssl_context=context) as upstream:
+        with gateway_on(engine, upstream.url, on_complete=records, upstream_ca=str(ca_pem)) as gateway:
+            trusted = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "m"}, timeout=TIMEOUT)
+        with gateway_on(engine, upstream.url, on_complete=records, connect_timeout=5) as gateway:
+            untrusted = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "m"}, timeout=TIMEOUT)
+        got = [r for r, _ in records.take(2)]
+    assert trusted.status_code == 200 and trusted.json()["upstream"] == "tls"
+    assert untrusted.status_code == 502 and len(upstream.requests) == 1
+    assert [r.outcome for r in got] == ["complete", "upstream_error"]
