@@ -125,3 +125,27 @@ def native_decoder():
             pytest.fail("the Rust backend was requested but the extension is missing")
         pytest.skip("the compiled extension is not built")
     return native.SSEDecoder
+
+
+def wires(obj: Any) -> list[tuple[str, str, Any]]:
+    """``(path, class name, _wire)`` of every msgspec Struct in ``obj`` (events, lists of them),
+    at every depth. Struct equality does not see ``_wire`` (it is no field), so the tests that
+    hold the wire info of two results equal compare these as well."""
+    import msgspec
+
+    out: list[tuple[str, str, Any]] = []
+
+    def walk(x: Any, path: str) -> None:
+        if isinstance(x, msgspec.Struct):
+            out.append((path, type(x).__name__, getattr(x, "_wire", None)))
+            for name in x.__struct_fields__:
+                walk(getattr(x, name), f"{path}.{name}")
+        elif isinstance(x, (list, tuple)):
+            for i, item in enumerate(x):
+                walk(item, f"{path}[{i}]")
+        elif isinstance(x, dict):
+            for key, item in x.items():
+                walk(item, f"{path}.{key}")
+
+    walk(obj, "$")
+    return out

@@ -18,7 +18,7 @@ from rapidsse import (
     responses,
 )
 
-from .conftest import chunked, corpus_files
+from .conftest import chunked, corpus_files, wires
 
 FINAL_TYPES = ("response.completed", "response.incomplete", "response.failed")
 
@@ -439,7 +439,7 @@ def test_snapshot_with_texts_set_aside_equals_the_whole_json(monkeypatch, splice
             acc.feed(half)
             whole = acc._core.snapshot_json()
             expected = None if whole is None else decode_lenient(whole, rapidsse.responses.Response)
-            assert acc.response == expected, path.name
+            assert acc.response == expected and wires(acc.response) == wires(expected), path.name
             spliced = getattr(acc._core, "snapshot_spliced", None)
             if spliced is not None and whole is not None:
                 set_aside += len(spliced(splice_min)[1])

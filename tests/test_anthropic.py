@@ -23,7 +23,7 @@ from rapidsse._schema import UnknownVariant
 from rapidsse._wire import decode as decode_lenient  # with the wire info, as decoded events have
 
 from . import twins
-from .conftest import chunked, corpus_files, native, sse_transport
+from .conftest import chunked, corpus_files, native, sse_transport, wires
 from .twins import assert_twins, assert_twins_feed, needs_native
 from .test_accumulate_twin import odd_payloads
 
@@ -180,7 +180,7 @@ def test_typed_events_at_every_chunking(path):
         if size == 1 and len(data) > 20_000:
             continue
         events = list(rapidsse.iter_events(chunked(data, size), protocol="anthropic"))
-        assert events == expected, size
+        assert events == expected and wires(events) == wires(expected), size
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name)

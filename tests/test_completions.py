@@ -22,7 +22,7 @@ import rapidsse._wire
 from rapidsse import CompletionsAccumulator, EventTooLarge, StreamError, completions, iter_events
 from rapidsse.decoding import detect_protocol
 
-from .conftest import assert_ways_in_agree, chunked
+from .conftest import assert_ways_in_agree, chunked, wires
 from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
 from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
@@ -91,6 +91,7 @@ def test_typed_chunks_at_every_chunking(path):
         decoder = rapidsse.EventDecoder("completions")
         got = [e for chunk in chunked(data, size) for e in decoder.feed(chunk)]
         assert got == expected and decoder.done, size
+        assert wires(got) == wires(expected), size
         assert list(iter_events(chunked(data + b"data: junk\n\n", size), protocol="completions")) == expected
     for chunk in expected:
         assert list(iter_events([rapidsse.encode_sse(chunk)], protocol="completions")) == [chunk]

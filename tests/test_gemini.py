@@ -19,7 +19,7 @@ import rapidsse._wire
 from rapidsse import EventTooLarge, GeminiAccumulator, StreamError, gemini, iter_events
 from rapidsse.decoding import detect_protocol
 
-from .conftest import assert_ways_in_agree, chunked, corpus_files, sse_transport
+from .conftest import assert_ways_in_agree, chunked, corpus_files, sse_transport, wires
 from .test_hostile import SETTINGS, assert_only_sse_errors, chunking, mutated, random_stream
 from .twins import assert_twins, assert_twins_feed, assert_twins_on_payloads, core_pair, needs_native
 
@@ -99,7 +99,7 @@ def test_typed_chunks_at_every_chunking(path):
     assert expected and all(c.candidates for c in expected)
     for size in SIZES:
         got = list(iter_events(chunked(data, size), protocol="gemini"))
-        assert got == expected, size
+        assert got == expected and wires(got) == wires(expected), size
     # camelCase on the wire, snake_case attributes; encode_sse writes the wire names back
     for chunk in expected:
         assert chunk.model_version and chunk.response_id and chunk.usage_metadata.total_token_count

@@ -44,6 +44,8 @@ def deep_same(a: Any, b: Any, path: str = "$") -> None:
     """``a`` and ``b`` are the same value: same types (int is not float, not bool), equal."""
     assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
     if isinstance(a, msgspec.Struct):
+        # (No field: `_wire` is compared here, None and unset alike.)
+        assert getattr(a, "_wire", None) == getattr(b, "_wire", None), f"{path}._wire"
         for name in a.__struct_fields__:
             deep_same(getattr(a, name), getattr(b, name), f"{path}.{name}")
     elif isinstance(a, list):
@@ -63,10 +65,10 @@ def strip_wire(obj: Any) -> Any:
     if isinstance(obj, list):
         return [strip_wire(x) for x in obj]
     if isinstance(obj, msgspec.Struct):
-        changes = {n: strip_wire(getattr(obj, n)) for n in obj.__struct_fields__ if n != "_wire"}
-        if "_wire" in obj.__struct_fields__:
-            changes["_wire"] = None
-        return msgspec.structs.replace(obj, **changes)
+        copy = msgspec.structs.replace(obj, **{n: strip_wire(getattr(obj, n)) for n in obj.__struct_fields__})
+        if hasattr(type(obj), "_wire"):
+            copy._wire = None
+        return copy
     return obj
 
 

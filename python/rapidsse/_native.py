@@ -12,11 +12,9 @@ field is described by its tag field and the class of each tag (the builder reads
 must come first, and builds that class; anything else goes to msgspec); without it, such a
 union is unsupported too.
 
-The hidden ``_wire`` field of :class:`rapidsse._schema.Model` (what came on the wire beyond the
-Struct's ``omit_defaults`` encoding, see :mod:`rapidsse._wire`) is described as default kind 4:
-the builder sets it itself (``docs/internals-fidelity.md``). Its type is ``Any`` (unsupported), so
-a payload that carries its JSON name goes to msgspec and the Python pass, which read it as an
-unknown member.
+The hidden ``_wire`` attribute of :class:`rapidsse._schema.Model` (what came on the wire beyond
+the Struct's ``omit_defaults`` encoding, see :mod:`rapidsse._wire`) is no msgspec field but a slot
+of its own: the builder finds it on the class and sets it itself (``docs/internals-fidelity.md``).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-from ._schema import WIRE_NAME, Model, Wire
+from ._schema import Model, Wire
 
 #: ``RAPIDSSE_NATIVE_STRUCTS=0`` leaves every event to msgspec (to compare, or to rule the builder
 #: out when chasing a problem); read when a decoder is made.
@@ -63,9 +61,7 @@ class _Describer:
             return None
         out = []
         for f in st.fields:
-            if f.encode_name == WIRE_NAME and issubclass(st.cls, Model):
-                kind, default = 4, None
-            elif f.required:
+            if f.required:
                 kind, default = 0, None
             elif f.default_factory is not msgspec.NODEFAULT:
                 if f.default_factory is list:
@@ -158,7 +154,7 @@ def wire_class(cls: type) -> Any:
     """What the native wire-info pass needs of the class ``cls`` (asked once per class):
     None when it is no :class:`~rapidsse._schema.Model` (the pass does not look inside it), else
     ``(tag_field, is_unknown_variant, fields)``, each field ``(attr, json_name, at_default_kind,
-    default, may_hold_a_struct)``, in field order and without ``_wire``: what
+    default, may_hold_a_struct)``, in field order (``_wire`` is no field): what
     :mod:`rapidsse._wire`'s Python pass reads of the class, so that both give the same ``_wire``."""
     from ._schema import UnknownVariant
     from ._wire import _holds_struct
@@ -168,8 +164,6 @@ def wire_class(cls: type) -> Any:
     info = mi.type_info(cls)
     fields = []
     for f in info.fields:
-        if f.encode_name == WIRE_NAME:
-            continue
         if f.required:
             kind, default = _AT_NEVER, None
         elif f.default_factory is not msgspec.NODEFAULT:

@@ -14,11 +14,19 @@ What came on the wire
 ---------------------
 msgspec drops JSON members the schema does not list, and ``omit_defaults`` leaves out fields whose
 value equals the default (``"index": 0``, ``"logprobs": null``). So every schema Struct has one
-hidden keyword-only field, ``_wire`` (declared here, on :class:`Model`): ``None`` when the Struct
-encoded with ``omit_defaults`` is exactly what came, else a shared, immutable :class:`Wire` saying
-what differs (see :mod:`rapidsse._wire`, which computes it, and ``docs/fidelity.md``). Read the
-unknown members with :func:`rapidsse.extras`, write an event back as received with
-:func:`rapidsse.encode`.
+hidden attribute, ``_wire``, that is not a msgspec field: a slot of the mixin :class:`_WireSlot`
+that :class:`Model` derives from, which msgspec does not know about. It is ``None`` (or unset, on
+a Struct built by hand) when the Struct encoded with ``omit_defaults`` is exactly what came, else
+a shared, immutable :class:`Wire` saying what differs (see :mod:`rapidsse._wire`, which computes
+it, and ``docs/fidelity.md``). Read the unknown members with :func:`rapidsse.extras`, write an
+event back as received with :func:`rapidsse.encode`.
+
+Being no field, ``_wire`` is in nothing msgspec writes or reads: ``msgspec.json.encode``,
+``msgspec.msgpack.encode``, ``msgspec.to_builtins``, ``msgspec.structs.asdict`` / ``astuple``,
+``repr`` and ``==`` see the schema's fields only. msgspec's own copies (``msgspec.structs.replace``,
+``copy.copy``) copy fields only, so :class:`Model` carries the slot over in ``__copy__`` and
+``__replace__``, and :func:`replace` (installed as ``msgspec.structs.replace``, see there) does the
+same for ``msgspec.structs.replace``.
 
 Unknown nested types
 --------------------
@@ -47,6 +55,7 @@ __all__ = [
     "Model",
     "Wire",
     "WIRE_NAME",
+    "replace",
     "Tagged",
     "UnknownVariant",
     "UnknownEvent",
@@ -60,8 +69,8 @@ __all__ = [
 UNKNOWN_TAG = "__unknown__"
 
 
-#: The JSON name of :attr:`Model._wire` (no API sends it; a payload that does is read as an
-#: unknown member like any other, and the field is overwritten).
+#: The name the wire record went by when it was a msgspec field (it is no field now, and no
+#: encoder writes it). A payload that sends it is read as an unknown member like any other.
 WIRE_NAME = "__rapidsse_wire__"
 
 
@@ -83,18 +92,69 @@ class Wire(msgspec.Struct, frozen=True, gc=False, array_like=True):
     present: tuple[str, ...] = ()
 
 
-class Model(msgspec.Struct, omit_defaults=True, gc=False, kw_only=True, repr_omit_defaults=True):
+class _WireSlot:
+    """The slot ``_wire`` of every schema Struct, kept out of msgspec's fields.
+
+    msgspec lays out a Struct class's fields after the slots of its bases; a plain base class with
+    ``__slots__`` adds one pointer to each instance that msgspec neither fills, encodes, compares
+    nor copies, and frees with the instance. Unset it reads as missing (:func:`wire_of` gives None);
+    the decoders set it on every Struct they make (None when exact).
+    """
+
+    __slots__ = ("_wire",)
+
+
+def wire_of(obj: Any) -> Any:
+    """``obj._wire``: None when unset (a Struct built by hand) or for anything else."""
+    return getattr(obj, "_wire", None)
+
+
+_msgspec_replace = getattr(msgspec.structs.replace, "__wrapped__", msgspec.structs.replace)
+_msgspec_copy = msgspec.Struct.__copy__
+
+
+class Model(msgspec.Struct, _WireSlot, omit_defaults=True, gc=False, kw_only=True, repr_omit_defaults=True):
     """Base of all schema Structs: compact encoding, no GC tracking.
 
     Construct them with keywords: the fields shared by many events (``sequence_number``,
     ``item_id``, ...) are keyword-only, so that each event's required fields can follow them.
 
-    ``_wire`` (keyword-only, JSON name :data:`WIRE_NAME`) is ``None`` or a :class:`Wire`: what the
-    JSON this object was decoded from had beyond its ``omit_defaults`` encoding. Set by the decoders;
-    read it through :func:`rapidsse.extras` and :func:`rapidsse.encode`.
+    ``_wire`` (an attribute, no field: see :class:`_WireSlot`) is ``None`` or a :class:`Wire`: what
+    the JSON this object was decoded from had beyond its ``omit_defaults`` encoding. Set by the
+    decoders; read it through :func:`rapidsse.extras` and :func:`rapidsse.encode`. Copies keep it
+    (``copy.copy``, ``copy.replace``, ``msgspec.structs.replace``).
     """
 
-    _wire: Any = msgspec.field(default=None, name=WIRE_NAME)
+    def __copy__(self) -> Any:
+        out = _msgspec_copy(self)
+        wire = getattr(self, "_wire", None)
+        if wire is not None:
+            out._wire = wire
+        return out
+
+    def __replace__(self, **changes: Any) -> Any:
+        return replace(self, **changes)
+
+
+def replace(struct: Any, /, **changes: Any) -> Any:
+    """``msgspec.structs.replace`` that keeps a schema Struct's ``_wire`` (what came beyond its
+    fields: unknown members, defaults that were sent) on the copy, so that
+    :func:`rapidsse.encode` writes the changed fields and the rest as received.
+
+    msgspec's own copies fields only, and ``_wire`` is no field (so that msgspec's encoders do not
+    write it). Importing rapidsse installs this function as ``msgspec.structs.replace``; for any
+    other Struct it is msgspec's, plus one ``isinstance`` (``__wrapped__`` is msgspec's).
+    """
+    out = _msgspec_replace(struct, **changes)
+    if isinstance(struct, _WireSlot):
+        wire = getattr(struct, "_wire", None)
+        if wire is not None:
+            out._wire = wire
+    return out
+
+
+replace.__wrapped__ = _msgspec_replace  # type: ignore[attr-defined]
+msgspec.structs.replace = replace
 
 
 class Tagged(Model, tag_field="type"):

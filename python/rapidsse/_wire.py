@@ -2,9 +2,9 @@
 
 msgspec decodes a payload into Structs and drops what the schema does not hold: members it does
 not know, and (when encoding back with ``omit_defaults``) known fields whose value equals the
-default. Every schema Struct keeps that in its hidden ``_wire`` field (see
-:class:`rapidsse._schema.Wire`); this module is the one place that computes it and the one writer
-that reads it.
+default. Every schema Struct keeps that in its hidden ``_wire`` attribute (a slot that is no
+msgspec field, so msgspec's encoders never write it: see :class:`rapidsse._schema.Wire` and
+``_WireSlot``); this module is the one place that computes it and the one writer that reads it.
 
 :func:`compute` is the reference: the pure-Python backend's path, used by every decode path
 (the batch, the careful path, the accumulators' snapshots, ``decode_realtime``), and the function a
@@ -32,7 +32,7 @@ from typing import Any, Callable, Union
 import msgspec
 import msgspec.inspect as mi
 
-from ._schema import UNKNOWN_TAG, WIRE_NAME, Model, UnknownEvent, UnknownVariant, Wire, decode_lenient
+from ._schema import UNKNOWN_TAG, Model, UnknownEvent, UnknownVariant, Wire, decode_lenient
 
 __all__ = ["DEEP", "NATIVE_WIRE", "compute", "compute_lines", "decode", "encode", "extras"]
 
@@ -73,9 +73,9 @@ def _decode_any_lines(lines: bytes) -> list[Any]:
 
 _decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _decode_items = msgspec.json.Decoder(list[msgspec.Raw]).decode
-# What msgspec.json.encode writes that a received payload never needs: the hidden field, and the
-# wrapper of an UnknownVariant. Either in a fast-path encoding sends it the careful way.
-_MARKERS = (b'"' + WIRE_NAME.encode() + b'"', b'"' + UNKNOWN_TAG.encode() + b'"')
+# What msgspec.json.encode writes that a received payload never has: the wrapper of an
+# UnknownVariant. Found in a fast-path encoding, it sends the Struct the careful way.
+_MARKER = b'"' + UNKNOWN_TAG.encode() + b'"'
 
 # Default kinds of a field.
 _REQUIRED, _VALUE, _EMPTY_LIST, _EMPTY_DICT, _NEVER = 0, 1, 2, 3, 4
@@ -101,6 +101,18 @@ class _Field:
         # to None): the pass need not read the attribute.
         self.none_default = self.kind == _VALUE and self.default is None
 
+    def omitted(self, value: Any) -> bool:
+        """Whether msgspec's ``omit_defaults`` leaves ``value`` out (the default itself, or an
+        empty list or dict for those factories): how a Struct without wire info is written."""
+        kind = self.kind
+        if kind == _VALUE:
+            return value is self.default
+        if kind == _EMPTY_LIST:
+            return type(value) is list and not value
+        if kind == _EMPTY_DICT:
+            return type(value) is dict and not value
+        return False
+
     def at_default(self, value: Any) -> bool:
         kind = self.kind
         if kind == _VALUE:
@@ -120,7 +132,7 @@ class _Class:
     def __init__(self, cls: type) -> None:
         info = mi.type_info(cls)
         assert isinstance(info, mi.StructType)
-        self.fields = [_Field(f, i) for i, f in enumerate(info.fields) if f.encode_name != WIRE_NAME]
+        self.fields = [_Field(f, i) for i, f in enumerate(info.fields)]
         self.by_name: dict[str, Union[_Field, None]] = {f.name: f for f in self.fields}
         self.tag_field = info.tag_field
         self.head = b""
@@ -186,7 +198,8 @@ class _Source:
 
 def _struct(doc: dict[str, Any], obj: Any, path: list[Union[str, int]], source: _Source) -> bool:
     """Sets ``obj._wire`` from ``doc``, the JSON object it was decoded from, and the same below.
-    Returns whether ``obj`` is not exact (its ``_wire`` is not None)."""
+    Returns whether ``obj`` is not exact (its ``_wire`` is not None). (An exact Struct gets None:
+    the slot of a Struct msgspec just made is unset.)"""
     c = _CLASSES.get(type(obj)) or _class(type(obj))
     if c.unknown:
         obj._wire = DEEP
@@ -254,8 +267,7 @@ def _struct(doc: dict[str, Any], obj: Any, path: list[Union[str, int]], source: 
     if deep:
         obj._wire = DEEP
         return True
-    if obj._wire is not None:
-        obj._wire = None
+    obj._wire = None
     return False
 
 
@@ -411,10 +423,6 @@ def encode(obj: Any) -> bytes:
     b'{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":null}],"x_groq":{"id":"r"}}'
     """
     if isinstance(obj, Model):
-        if obj._wire is None:
-            out = _encode(obj)
-            if _MARKERS[0] not in out and _MARKERS[1] not in out:
-                return out
         if _native_encode is not None:
             native = _native_encode(obj)
             if native is not None:
@@ -435,17 +443,22 @@ def encode(obj: Any) -> bytes:
 
 
 def _write_struct(obj: Any, out: list[bytes]) -> None:
-    wire = obj._wire
-    if wire is None:
-        encoded = _encode(obj)
-        if _MARKERS[0] not in encoded and _MARKERS[1] not in encoded:
-            out.append(encoded)
-            return
+    wire = getattr(obj, "_wire", None)
     c = _CLASSES.get(type(obj)) or _class(type(obj))
     if c.unknown:
         out.append(_encode(obj.data))
         return
-    present: tuple[str, ...] = wire.present if isinstance(wire, Wire) else ()
+    if wire is None and not c.nested:
+        # Nothing received beyond its fields, and no Struct below that may carry some (msgspec's
+        # encoding does not show a nested Struct's wire info, so only a flat Struct goes whole).
+        encoded = _encode(obj)
+        if _MARKER not in encoded:
+            out.append(encoded)
+            return
+    if not isinstance(wire, Wire):
+        _write_fields(obj, c, out)
+        return
+    present: tuple[str, ...] = wire.present
     out.append(b"{")
     first = True
     if c.head:
@@ -460,13 +473,33 @@ def _write_struct(obj: Any, out: list[bytes]) -> None:
         first = False
         out.append(f.key)
         _write_value(value, out)
-    extra = wire.extra if isinstance(wire, Wire) else None
+    extra = wire.extra
     if extra:
         members = extra.strip()[1:-1].strip()
         if members:
             if not first:
                 out.append(b",")
             out.append(members)
+    out.append(b"}")
+
+
+def _write_fields(obj: Any, c: _Class, out: list[bytes]) -> None:
+    """A Struct without wire info, as msgspec writes it (``omit_defaults``), each field's value
+    by :func:`_write_value` (a Struct below may carry wire info)."""
+    out.append(b"{")
+    first = True
+    if c.head:
+        out.append(c.head)
+        first = False
+    for f in c.fields:
+        value = getattr(obj, f.attr)
+        if value is msgspec.UNSET or f.omitted(value):
+            continue
+        if not first:
+            out.append(b",")
+        first = False
+        out.append(f.key)
+        _write_value(value, out)
     out.append(b"}")
 
 

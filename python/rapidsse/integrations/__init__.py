@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .._schema import WIRE_NAME, UnknownVariant
+from .._schema import UnknownVariant
 from .._wire import extras
 from ..errors import SSEError
 
@@ -134,8 +134,7 @@ def to_builtins(obj: Any) -> Any:
         if config.tag_field is not None:
             out[config.tag_field] = config.tag
         for field in msgspec.structs.fields(obj):
-            if field.encode_name != WIRE_NAME:
-                out[field.encode_name] = to_builtins(getattr(obj, field.name))
+            out[field.encode_name] = to_builtins(getattr(obj, field.name))
         out.update(extras(obj))  # the members the schema does not know, as received
         return out
     if isinstance(obj, dict):

@@ -148,7 +148,7 @@ struct TextClass {
     field: &'static str,
     text: Slot,
     fields: [Option<Slot>; 5],
-    /// The hidden `_wire` field (`rapidsse._schema.Model`): an event whose JSON had members
+    /// The hidden `_wire` slot (`rapidsse._schema.Model`): an event whose JSON had members
     /// the schema does not know goes the JSON way, where the core sees them as it would in
     /// the payload.
     wire: Option<Slot>,
@@ -163,7 +163,7 @@ impl TextClass {
         Some(TextClass {
             text: class.slot(field)?,
             fields: TEXT_EVENT_FIELDS.map(|name| class.slot(name)),
-            wire: class.slot(WIRE_NAME),
+            wire: class.wire(),
             field,
             kind,
         })
@@ -176,7 +176,7 @@ impl TextClass {
         };
         // SAFETY: the caller matched `event`'s exact class to the one the slots came from.
         match unsafe { slot.read(event) } {
-            None => true, // unset: let the JSON way decide
+            None => false, // unset: a Struct built by hand, nothing received
             Some(wire) if wire.is_none() => false,
             Some(wire) => !wire
                 .getattr(pyo3::intern!(event.py(), "extra"))
@@ -185,8 +185,6 @@ impl TextClass {
     }
 }
 
-/// The JSON name of the hidden field of every schema Struct (`rapidsse._schema.WIRE_NAME`).
-const WIRE_NAME: &str = "__rapidsse_wire__";
 
 /// Per event class, looked up once: is it a text event, and its shape. Keyed by the type
 /// object's address; the classes are kept alive here, so an address is never reused.

@@ -75,8 +75,6 @@ enum Default {
     Value(Py<PyAny>),
     List,
     Dict,
-    /// The hidden `_wire` field (see [`WireKit`]): None until the builder sets it.
-    Wire,
 }
 
 /// How a field's value is told to be at its default (`value == default`, as the Python pass
@@ -600,12 +598,10 @@ impl Schema {
                 }
                 _ => None,
             };
-            let wire = fields.as_deref().and_then(|fields| {
-                fields
-                    .iter()
-                    .find(|f| matches!(f.default, Default::Wire))
-                    .map(|f| f.offset)
-            });
+            let (fields, wire) = match fields {
+                Some((fields, wire)) => (Some(fields), wire),
+                None => (None, None),
+            };
             schema.structs.push(StructPlan {
                 cls: cls.unbind(),
                 alloc: alloc.unwrap_or(ffi::PyType_GenericAlloc),
@@ -658,7 +654,7 @@ impl Schema {
         py: Python<'_>,
         cls: &Bound<'_, PyType>,
         described: &Bound<'_, PyList>,
-    ) -> PyResult<Option<Vec<Field>>> {
+    ) -> PyResult<Option<(Vec<Field>, Option<usize>)>> {
         if described.len() > 64 {
             return Ok(None);
         }
@@ -690,11 +686,10 @@ impl Schema {
                 1 => Default::Value(field.get_item(4)?.unbind()),
                 2 => Default::List,
                 3 => Default::Dict,
-                4 => Default::Wire,
                 _ => return Ok(None),
             };
             let at_default = match &default {
-                Default::Required | Default::Wire => AtDefault::Never,
+                Default::Required => AtDefault::Never,
                 Default::List => AtDefault::EmptyList,
                 Default::Dict => AtDefault::EmptyDict,
                 Default::Value(v) => {
@@ -723,7 +718,14 @@ impl Schema {
                 at_default,
             });
         }
-        Ok(Some(fields))
+        // The `_wire` slot of a `rapidsse._schema.Model`: no msgspec field, a slot of its base
+        // `_WireSlot`, checked as the fields are.
+        let wire = if instance.setattr("_wire", make_object.call0()?).is_ok() {
+            Slot::of(cls, "_wire", &instance).map(|slot| slot.offset())
+        } else {
+            None
+        };
+        Ok(Some((fields, wire)))
     }
 
     fn node(&mut self, described: &Bound<'_, PyAny>) -> PyResult<Node> {
@@ -968,7 +970,7 @@ impl Schema {
             };
             set(*offset, value);
         }
-        self.fill_defaults(base, fields, object.present)?;
+        self.fill_defaults(base, plan, fields, object.present)?;
         if self.wire.is_none() {
             return Some(obj);
         }
@@ -1234,8 +1236,15 @@ impl Schema {
         Some(hole)
     }
 
-    /// Fills the fields not in `present` with their defaults (None: one is required).
-    fn fill_defaults(&self, base: *mut u8, fields: &[Field], present: u64) -> Option<()> {
+    /// Fills the fields not in `present` with their defaults (None: one is required), and the
+    /// `_wire` slot with None (set afterwards, `set_wire`, when the object deviates).
+    fn fill_defaults(
+        &self,
+        base: *mut u8,
+        plan: &StructPlan,
+        fields: &[Field],
+        present: u64,
+    ) -> Option<()> {
         for (i, field) in fields.iter().enumerate() {
             if present & (1u64 << i) != 0 {
                 continue;
@@ -1246,12 +1255,17 @@ impl Schema {
                 Default::Value(v) => new_ref(v.as_ptr()),
                 Default::List => Owned::new(unsafe { ffi::PyList_New(0) })?,
                 Default::Dict => Owned::new(unsafe { ffi::PyDict_New() })?,
-                // Set afterwards (`set_wire`) when the object deviates.
-                Default::Wire => new_ref(unsafe { ffi::Py_None() }),
             };
             // SAFETY: the field's slot in the instance, still NULL (not present).
             unsafe {
                 *base.add(field.offset).cast::<*mut ffi::PyObject>() = value.into_raw();
+            }
+        }
+        if let Some(offset) = plan.wire {
+            // SAFETY: the `_wire` slot of the instance (checked against `getattr` when the
+            // schema was read), still NULL: msgspec fields never take it.
+            unsafe {
+                *base.add(offset).cast::<*mut ffi::PyObject>() = new_ref(ffi::Py_None()).into_raw();
             }
         }
         Some(())
@@ -1333,7 +1347,7 @@ impl Schema {
                 return None;
             }
         }
-        self.fill_defaults(base, fields, seen)?;
+        self.fill_defaults(base, plan, fields, seen)?;
         if dev.present != 0 || dev.extra.is_some() || dev.deep {
             let wire = self.wire_of(py, state, index, &mut dev)?;
             self.set_wire(&obj, index, wire, deep);

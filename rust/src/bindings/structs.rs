@@ -65,6 +65,15 @@ impl Slot {
         name: &str,
         instance: &Bound<'_, PyAny>,
     ) -> Option<Slot> {
+        Slot::checked(cls, name, instance, false)
+    }
+
+    fn checked(
+        cls: &Bound<'_, PyType>,
+        name: &str,
+        instance: &Bound<'_, PyAny>,
+        unset_ok: bool,
+    ) -> Option<Slot> {
         let py = cls.py();
         let descr = cls.getattr(name).ok()?;
         if descr.get_type().name().ok()?.to_str().ok()? != "member_descriptor" {
@@ -101,8 +110,20 @@ impl Slot {
         let read = unsafe { slot.read(instance) };
         match (read, expected) {
             (Some(r), Some(e)) if r.as_ptr() == e.as_ptr() => Some(slot),
+            (None, None) if unset_ok => Some(slot),
             _ => None,
         }
+    }
+
+    /// The slot of `name` in `cls`, checked against `instance` as [`Slot::of`] does, except
+    /// that it may be unset there: for a slot msgspec does not fill, such as the `_wire` slot
+    /// of a `rapidsse._schema.Model` (`_WireSlot`), unset on a Struct built by hand.
+    pub(crate) fn of_maybe_unset(
+        cls: &Bound<'_, PyType>,
+        name: &str,
+        instance: &Bound<'_, PyAny>,
+    ) -> Option<Slot> {
+        Slot::checked(cls, name, instance, true)
     }
 
     /// The field's value on `obj`, borrowed from it; None when the field is unset.
@@ -198,15 +219,12 @@ struct Shape {
     tag: Option<(String, Value)>,
     omit_defaults: bool,
     fields: Vec<Field>,
-    /// The hidden `_wire` field of a `rapidsse._schema.Model` (JSON name `__rapidsse_wire__`),
-    /// read by the walk as received (see [`to_value_as_received`]).
-    wire: Option<usize>,
+    /// The hidden `_wire` slot of a `rapidsse._schema.Model` (no msgspec field: a slot of its
+    /// base `_WireSlot`), read by the walk as received (see [`to_value_as_received`]).
+    wire: Option<Slot>,
     /// An `UnknownVariant` (tag `__unknown__`): its `data` field, what it is as received.
     unknown_data: Option<usize>,
 }
-
-/// The JSON name of `rapidsse._schema.Model._wire` (`rapidsse._schema.WIRE_NAME`).
-const WIRE_NAME: &str = "__rapidsse_wire__";
 
 /// Struct classes seen so far, by type address (the classes are kept alive in the entry, so
 /// an address is never reused): their shape, or None when they go by JSON. Shared by all
@@ -255,6 +273,11 @@ impl ClassSlots {
             Some((_, Value::String(tag))) => Some(tag),
             _ => None,
         }
+    }
+
+    /// The `_wire` slot (a `rapidsse._schema.Model`).
+    pub(crate) fn wire(&self) -> Option<Slot> {
+        self.0.wire
     }
 
     /// The slot of the field written `name` in JSON.
@@ -334,7 +357,7 @@ impl Shape {
                 default,
             });
         }
-        let wire = fields.iter().position(|f| f.name == WIRE_NAME);
+        let wire = Slot::of_maybe_unset(cls, "_wire", instance);
         let unknown = matches!(&tag, Some((_, Value::String(t))) if t == "__unknown__");
         let unknown_data = fields
             .iter()
@@ -525,11 +548,11 @@ fn walk(obj: Borrowed<'_, '_, PyAny>, ctx: &mut Walk, depth: usize) -> Option<Va
         }
     }
     let wire = match shape.wire {
-        // SAFETY: as below.
-        Some(i) if received => wire_info(
-            unsafe { shape.fields[i].slot.read_from(obj) }?,
-            ctx.splices.is_some(),
-        )?,
+        // SAFETY: as below. (Unset: a Struct built by hand, nothing received.)
+        Some(slot) if received => match unsafe { slot.read_from(obj) } {
+            Some(wire) => wire_info(wire, ctx.splices.is_some())?,
+            None => None,
+        },
         _ => None,
     };
     let present = |name: &str| {
@@ -542,10 +565,7 @@ fn walk(obj: Borrowed<'_, '_, PyAny>, ctx: &mut Walk, depth: usize) -> Option<Va
     if let Some((field, tag)) = &shape.tag {
         map.insert(field.clone(), tag.clone());
     }
-    for (i, field) in shape.fields.iter().enumerate() {
-        if received && shape.wire == Some(i) {
-            continue;
-        }
+    for field in shape.fields.iter() {
         // SAFETY: `obj` is an instance of exactly the class `shape` was made for.
         let value = unsafe { field.slot.read_from(obj) }?;
         if value.as_ptr() == unset {

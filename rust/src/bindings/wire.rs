@@ -90,12 +90,10 @@ fn describe(py: Python<'_>, cls: &Bound<'_, PyType>, described: &Bound<'_, PyAny
         for field in fields.iter() {
             kwargs.set_item(field.cast::<PyTuple>()?.get_item(0)?, object.call0()?)?;
         }
-        let wire_mark = object.call0()?;
-        kwargs.set_item("_wire", &wire_mark)?;
         let Ok(instance) = cls.call((), Some(&kwargs)) else {
             return Ok(None);
         };
-        if !instance.get_type().is(cls) {
+        if !instance.get_type().is(cls) || instance.setattr("_wire", object.call0()?).is_err() {
             return Ok(None);
         }
         let Some(wire) = Slot::of(cls, "_wire", &instance) else {
