@@ -172,7 +172,20 @@ class _Accumulator(Generic[T]):
         if on_error != "raise" and on_error != "skip" and on_error != "keep":
             raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', not {on_error!r}")
         core_class, self._build, self._spliced = _parts(type(self))
-        core = self._core = core_class(max_event_size)
+        self._attach(core_class(max_event_size), on_error, max_event_size)
+
+    @classmethod
+    def _from_core(cls, core: Any, *, on_error: OnError = "raise",
+                   max_event_size: Union[int, None] = DEFAULT_MAX_EVENT_SIZE) -> Any:
+        """An accumulator around a core fed elsewhere (the native gateway's tap hands its cores
+        over this way when an exchange ends)."""
+        self = cls.__new__(cls)
+        _, self._build, self._spliced = _parts(cls)
+        self._attach(core, on_error, max_event_size)
+        return self
+
+    def _attach(self, core: Any, on_error: OnError, max_event_size: Union[int, None]) -> None:
+        self._core = core
         self._max_event_size = max_event_size
         self.on_error = on_error
         self.invalid_events: list[InvalidEvent] = []

@@ -185,7 +185,6 @@ impl TextClass {
     }
 }
 
-
 /// Per event class, looked up once: is it a text event, and its shape. Keyed by the type
 /// object's address; the classes are kept alive here, so an address is never reused.
 #[derive(Default)]
@@ -457,6 +456,18 @@ macro_rules! accumulator_core {
             text_classes: TextClasses,
             /// Called with the rejected payloads of a `feed` (see `set_on_rejected`).
             on_rejected: Option<Py<PyAny>>,
+        }
+
+        impl $name {
+            /// A core around an accumulator and framer fed elsewhere (the native gateway's tap).
+            pub(crate) fn from_parts(acc: $inner, framer: Framer) -> Self {
+                $name {
+                    acc,
+                    framer,
+                    text_classes: TextClasses::default(),
+                    on_rejected: None,
+                }
+            }
         }
 
         #[pymethods]

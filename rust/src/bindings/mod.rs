@@ -63,6 +63,7 @@ mod decoding;
 mod drain;
 mod framing;
 mod native;
+mod net;
 mod structs;
 mod wire;
 
@@ -250,6 +251,7 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<accumulate::GeminiCore>()?;
     m.add_class::<accumulate::CompletionsCore>()?;
     m.add_class::<accumulate::AnthropicCore>()?;
+    m.add_class::<net::GatewayEngine>()?;
     m.add_function(wrap_pyfunction!(structs::_struct_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,0 +1,16 @@
+//! The native network engine: the gateway's data path in Rust (tokio, hyper, rustls,
+//! tokio-tungstenite), plain Rust like the rest of the core; the binding layer drives it.
+//!
+//! - [`gateway`]: the HTTP/1.1 server, the pooled upstream client and the relay of each reply,
+//!   tapped as it goes, with one [`gateway::Record`] per exchange handed to a bounded queue;
+//! - [`realtime`]: WebSocket exchanges, proxied both ways;
+//! - [`tap`]: the protocol's accumulator fed the forwarded bytes, and the first output;
+//! - [`client`]: the upstream client and its TLS roots.
+
+pub mod client;
+pub mod gateway;
+pub mod realtime;
+pub mod tap;
+
+pub use gateway::{Config, Decision, ErrorText, Gateway, Hooks, Next, Record, RequestHead};
+pub use tap::{Protocol, Refused, StreamTap, TapError};
