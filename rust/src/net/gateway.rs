@@ -482,22 +482,9 @@ fn whole(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Repl
     response
 }
 
-/// The request's header names that never go upstream: hop-by-hop, and what the gateway sets.
-const NOT_UPSTREAM: [&str; 13] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "trailers",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-connection",
-    "host",
-    "content-length",
-    "accept-encoding",
-];
+/// The request's header names that never go upstream besides the hop-by-hop ones: what the
+/// gateway sets itself.
+const SET_BY_GATEWAY: [&str; 3] = ["host", "content-length", "accept-encoding"];
 
 /// Also not sent upstream on a WebSocket handshake (the client library makes its own).
 pub(crate) const NOT_UPSTREAM_WS: [&str; 4] = [
@@ -539,7 +526,8 @@ pub(crate) fn upstream_headers(headers: &HeaderMap, also_not: &[&str]) -> Vec<(S
     let mut out: Vec<(String, String)> = Vec::with_capacity(headers.len() + 1);
     for (name, value) in headers {
         let name = name.as_str();
-        if NOT_UPSTREAM.contains(&name)
+        if HOP_BY_HOP.contains(&name)
+            || SET_BY_GATEWAY.contains(&name)
             || also_not.contains(&name)
             || named.iter().any(|n| n == name)
         {
