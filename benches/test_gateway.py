@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from rapidsse import measure as m
+from rapidsse.serving import measure as m
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_serving import PROTOCOL, TOKENS, Server, _cores  # noqa: E402  (the synthetic server, pinned)

@@ -4,7 +4,7 @@ measuring itself. This runs the server pinned to one core and the clients on the
 concurrency (streams in flight at 50 tokens/s each), and reports per client the error of the
 measured median and p99 ITL against the paced truth and the client's CPU time per token:
 
-- ``rapidsse measure``: the harness of :mod:`rapidsse.measure` (an asyncio protocol per request,
+- ``rapidsse measure``: the harness of :mod:`rapidsse.serving.measure` (an asyncio protocol per request,
   httptools framing, rapidsse's typed decoder), a token counted at the kernel's receive timestamp
   of its bytes (Linux; elsewhere when read);
 - ``rapidsse measure, read timestamps``: the same, a token counted when the event loop read it
@@ -17,7 +17,7 @@ measured median and p99 ITL against the paced truth and the client's CPU time pe
 
 All three use the same open-loop driver (due times, a slot cap, latency from the due time), the
 same event loop (uvloop's when installed, as ``rapidsse measure`` picks) and the same statistics
-(:func:`rapidsse.measure.summarize`), in the same run.
+(:func:`rapidsse.serving.measure.summarize`), in the same run.
 
     pytest benches/test_serving.py -s --benchmark-columns=median,rounds   # the table on stdout
     python benches/test_serving.py --repeat 3 --plot docs/serving-benchmark.png   # table and chart
@@ -53,7 +53,7 @@ from typing import Any
 
 import pytest
 
-from rapidsse import measure as m
+from rapidsse.serving import measure as m
 
 RATE = 50.0  # tokens per second per stream
 TOKENS = 60
@@ -128,7 +128,7 @@ def _bodies() -> list[dict[str, Any]]:
 
 async def _open_loop(send: Callable[[float, m.RequestResult], Any], count: int, rate: float,
                      concurrency: int) -> m.Run:
-    """The driver of :func:`rapidsse.measure.measure` for the aiohttp clients: requests due at Poisson
+    """The driver of :func:`rapidsse.serving.measure.measure` for the aiohttp clients: requests due at Poisson
     arrivals, at most ``concurrency`` in flight, latency from the due time."""
     slots = asyncio.Semaphore(concurrency)
 
@@ -262,7 +262,7 @@ CLIENTS: dict[str, Callable[[str, int, float, int], m.Run]] = {
 
 def _scaled(workers: int, ray: bool) -> Callable[[str, int, float, int], m.Run]:
     """``rapidsse measure --workers N`` (spawned processes) or ``--ray`` (N actors)."""
-    from rapidsse import measure_workers
+    from rapidsse.serving import workers as measure_workers
 
     def run(url: str, count: int, rate: float, concurrency: int) -> m.Run:
         # (no cap: the arrival rate keeps `concurrency` streams in flight, and a global cap costs

@@ -36,7 +36,7 @@ import rapidsse.gateway  # noqa: E402
 from rapidsse.gateway import (ExchangeRecord, GatewayRequest, Metrics, Recorder, Reject, Tokens,  # noqa: E402
                               create_gateway, parse_upstreams)
 from rapidsse.integrations import to_builtins  # noqa: E402
-from rapidsse.serve import BackgroundServer, ReplayServer, Synthetic, SyntheticServer  # noqa: E402
+from rapidsse.serving.serve import BackgroundServer, ReplayServer, Synthetic, SyntheticServer  # noqa: E402
 
 from .conftest import ROOT, corpus_files, cycles_left  # noqa: E402
 
@@ -491,7 +491,7 @@ def test_exchanges_leave_no_reference_cycles(tap):
     all but never runs: that is sound only if an exchange leaves no reference cycle behind, tapped
     or not, for every protocol. (The synthetic server and the measure client, in this process too,
     make none: tests/test_measure.py.)"""
-    from rapidsse import measure as m
+    from rapidsse.serving import measure as m
 
     pytest.importorskip("uvloop")
     records = Records()

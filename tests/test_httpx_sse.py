@@ -630,7 +630,7 @@ def _readme_numbers_app(delay):
 
 def test_readme_quickstart_with_a_sync_client_over_loopback(capsys):
     pytest.importorskip("uvicorn")
-    from rapidsse.serve import BackgroundServer
+    from rapidsse.serving.serve import BackgroundServer
 
     def quickstart(connect_sse, url):
         with httpx.Client(timeout=TIMEOUT) as client:
@@ -796,7 +796,7 @@ def test_asgi_post_with_a_json_body():
 
 def test_starlette_endpoint_sync_and_async_clients_over_loopback():
     pytest.importorskip("uvicorn")
-    from rapidsse.serve import BackgroundServer
+    from rapidsse.serving.serve import BackgroundServer
 
     async def read_async(module, url):
         async with httpx.AsyncClient(timeout=TIMEOUT) as client:

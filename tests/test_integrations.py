@@ -17,7 +17,7 @@ import rapidsse  # noqa: E402
 from rapidsse import ChatAccumulator, ResponseAccumulator, SSEError, responses  # noqa: E402
 from rapidsse.integrations import SSEContentTypeError, to_builtins  # noqa: E402
 from rapidsse.integrations.httpx import aconnect_sse, connect_sse  # noqa: E402
-from rapidsse.serve import ReplayServer  # noqa: E402
+from rapidsse.serving.serve import ReplayServer  # noqa: E402
 
 from .conftest import corpus_files  # noqa: E402
 

@@ -20,9 +20,9 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 import rapidsse  # noqa: E402
-from rapidsse import measure as m  # noqa: E402
-from rapidsse.measure import RequestResult, Run  # noqa: E402
-from rapidsse.serve import BackgroundServer, SyntheticServer  # noqa: E402
+from rapidsse.serving import measure as m  # noqa: E402
+from rapidsse.serving.measure import RequestResult, Run  # noqa: E402
+from rapidsse.serving.serve import BackgroundServer, SyntheticServer  # noqa: E402
 
 from .conftest import chunked, corpus_files, cycles_left  # noqa: E402
 

@@ -23,9 +23,9 @@ if os.environ.get("RAPIDSSE_BACKEND") == "python":
     # costs seconds: once, in the Rust-backend run of the suite.
     pytest.skip("the Ray tests run in the Rust-backend run of the suite", allow_module_level=True)
 
-from rapidsse import measure as m  # noqa: E402
-from rapidsse import measure_workers as w  # noqa: E402
-from rapidsse.serve import SyntheticServer  # noqa: E402
+from rapidsse.serving import measure as m  # noqa: E402
+from rapidsse.serving import workers as w  # noqa: E402
+from rapidsse.serving.serve import SyntheticServer  # noqa: E402
 
 TIMEOUT = 120.0
 

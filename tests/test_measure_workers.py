@@ -22,9 +22,9 @@ pytest.importorskip("httptools")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from rapidsse import measure as m  # noqa: E402
-from rapidsse import measure_workers as w  # noqa: E402
-from rapidsse.serve import SyntheticServer  # noqa: E402
+from rapidsse.serving import measure as m  # noqa: E402
+from rapidsse.serving import cli, workers as w  # noqa: E402
+from rapidsse.serving.serve import SyntheticServer  # noqa: E402
 
 TIMEOUT = 120.0  # spawned workers import rapidsse afresh: seconds on a loaded machine
 
@@ -219,9 +219,9 @@ def test_bad_workers_option(synthetic):
     assert done.returncode == 1 and "--workers must be a number at least 1, or auto" in done.stderr, done.stderr
     for bad in ("x", "-2", "1.5"):
         with pytest.raises(ValueError, match="--workers must be"):
-            m._workers(bad, False)
-    assert m._workers("auto", False) == w.cpu_count() and m._workers("auto", True) is None
-    assert m._workers("3", True) == 3
+            cli._workers(bad, False)
+    assert cli._workers("auto", False) == w.cpu_count() and cli._workers("auto", True) is None
+    assert cli._workers("3", True) == 3
     with pytest.raises(ValueError, match="timestamps"):
         w.measure_workers(m.endpoint_url(synthetic.url, "chat"), [m.request_body("chat", "x")], 2, protocol="chat",
                           num_prompts=2, timestamps="wall")

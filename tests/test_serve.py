@@ -22,7 +22,7 @@ httpx = pytest.importorskip("httpx")
 import rapidsse  # noqa: E402
 from rapidsse import ChatAccumulator, RealtimeAccumulator, ResponseAccumulator  # noqa: E402
 from rapidsse.integrations import to_builtins  # noqa: E402
-from rapidsse.serve import (  # noqa: E402
+from rapidsse.serving.serve import (  # noqa: E402
     Pacing,
     ReplayServer,
     Synthetic,
@@ -252,7 +252,7 @@ def test_measure_subprocess(tmp_path, route, protocol):
 
 
 def test_measure_reports_a_missing_recording():
-    from rapidsse.measure import measure, request_body, summarize
+    from rapidsse.serving.measure import measure, request_body, summarize
 
     with ReplayServer([TEXT_RESPONSE]) as server:
         run = asyncio.run(measure(server.url + "/v1/chat/completions", [request_body("chat", "x")], protocol="chat",
@@ -327,17 +327,16 @@ def test_clients_leaving_early_do_not_disturb_the_server():
 
 
 def test_register_adds_serve_and_measure():
-    from rapidsse import measure, serve
+    from rapidsse.serving import cli, register, serve
 
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
-    serve.register(subparsers)
-    measure.register(subparsers)
+    register(subparsers)
     args = parser.parse_args(["serve", "a.sse", "b.jsonl", "--rate", "50", "--ttft", "200", "--port", "0"])
     assert args.func is serve.run and args.files == ["a.sse", "b.jsonl"] and args.rate == 50 and args.ttft == 200
     assert args.host == "127.0.0.1"
     args = parser.parse_args(["measure", "--url", "http://127.0.0.1:1/v1", "-n", "3", "-c", "2"])
-    assert args.func is measure.run and args.num_prompts == 3 and args.max_concurrency == 2
+    assert args.func is cli.run_measure and args.num_prompts == 3 and args.max_concurrency == 2
     args = parser.parse_args(["serve", "--synthetic", "--tokens", "7", "--rate", "20", "--ttft", "30"])
     assert args.synthetic and args.files == [] and args.tokens == 7 and args.rate == 20 and args.ttft == 30
     assert serve.run(parser.parse_args(["serve"])) == 1  # neither recordings nor --synthetic
@@ -565,7 +564,7 @@ def test_synthetic_concurrent_streams_httpx_async(synthetic):
 def test_synthetic_pacing_is_exact_enough():
     """Each token leaves at ttft + i / rate after the request: measured by the client over real
     sockets (loose bounds: this checks the schedule, not the speed)."""
-    from rapidsse.measure import endpoint_url, measure, request_body
+    from rapidsse.serving.measure import endpoint_url, measure, request_body
 
     rate, ttft, tokens = 100.0, 0.05, 20
     with SyntheticServer(tokens=tokens, rate=rate, ttft=ttft) as server:
@@ -639,7 +638,7 @@ def test_serve_synthetic_workers_share_the_port_and_health():
 def test_tally_percentiles_match_the_samples_within_a_microsecond():
     import random
 
-    from rapidsse.serve import Tally
+    from rapidsse.serving.serve import Tally
 
     rng = random.Random(3)
     values = [rng.uniform(0, 0.03) for _ in range(999)] + [0.5, 2.0]

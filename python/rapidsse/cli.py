@@ -8,7 +8,7 @@ Subcommands:
 - ``parse``: parses a recorded stream (SSE, or JSON lines for Realtime) and prints the final
   accumulated object, or every typed event as a JSON line;
 - ``bench``: runs the benchmark harness of :mod:`rapidsse.bench`;
-- ``serve``, ``measure`` and ``gateway``: registered by :mod:`rapidsse.serve`, :mod:`rapidsse.measure`
+- ``serve``, ``measure`` and ``gateway``: registered by :mod:`rapidsse.serving`
   and :mod:`rapidsse.gateway`.
 
 Every subcommand is a function ``func(args) -> int`` set with ``set_defaults(func=...)``; the
@@ -54,7 +54,7 @@ EXIT_BAD_INPUT = 2
 """The input stream is bad: a payload that is not valid JSON or does not fit its schema
 (:class:`rapidsse.DecodeError`), or an event over the size cap (:class:`rapidsse.EventTooLarge`)."""
 
-PLUGINS = ("serve", "measure", "gateway")
+PLUGINS = ("serving", "gateway")
 """Modules of this package that add a subcommand with ``register(subparsers)``."""
 
 READ_SIZE = 64 * 1024

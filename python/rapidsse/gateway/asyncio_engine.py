@@ -931,7 +931,7 @@ class AsyncioServer:
 
         import uvicorn
 
-        from ..serve import _bind
+        from ..serving.serve import _bind
 
         sock = _bind(self.host, self.port)
         self.port = sock.getsockname()[1]

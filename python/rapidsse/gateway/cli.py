@@ -257,7 +257,7 @@ def _run_workers(args: argparse.Namespace, upstream: Union[str, dict[str, str]],
     """``--workers N`` (asyncio engine): N uvicorn worker processes on one socket."""
     from uvicorn.supervisors import Multiprocess
 
-    from ..serve import listen
+    from ..serving.serve import listen
     from .asyncio_engine import _uvicorn_config
 
     listening = listen("gateway", args.host, args.port)

@@ -1,18 +1,18 @@
 """``rapidsse measure`` past one core and one machine: the schedule of one run spread over client
 processes (``--workers N``) or Ray actors (``--ray [ADDRESS]``), their samples merged exactly.
 
-The parent draws the whole arrival schedule once (:func:`rapidsse.measure.arrival_times` from
+The parent draws the whole arrival schedule once (:func:`rapidsse.serving.measure.arrival_times` from
 ``--seed``: rate, burstiness, count and the dataset's order), gives request ``i`` to worker
 ``i mod N``, and starts every worker on one barrier, at one instant (on one machine, of the
 monotonic clock all its processes share; with Ray, a wall-clock time each actor turns into its own
-monotonic clock). Each worker runs the one-process engine (:func:`rapidsse.measure.drive`) on its
+monotonic clock). Each worker runs the one-process engine (:func:`rapidsse.serving.measure.drive`) on its
 share, timing every latency on its own monotonic clock,
-and sends each request's raw samples (a :class:`~rapidsse.measure.RequestResult`: TTFT, token
+and sends each request's raw samples (a :class:`~rapidsse.serving.measure.RequestResult`: TTFT, token
 times, E2EL, queue time, usage, the failure reason) back as it ends (on its pipe, framed here, never
 blocking its loop nor lost when the parent falls behind; a Ray actor keeps them for the parent's
 ``drain`` calls, and runs at the parent's niceness, not Ray's 15). The parent merges them in
-arrival order (:func:`rapidsse.measure.merge`) and computes the report with the same
-:func:`rapidsse.measure.summarize` as one process: same keys, same percentiles, one progress bar.
+arrival order (:func:`rapidsse.serving.measure.merge`) and computes the report with the same
+:func:`rapidsse.serving.measure.summarize` as one process: same keys, same percentiles, one progress bar.
 
 ``--max-concurrency`` stays one cap for the whole run: the parent is its dispenser
 (:class:`SlotBook`). A due request asks the parent for a slot (a message on its worker's pipe, or a
@@ -391,7 +391,7 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
                     headers: dict[str, str] | None = None, timeout: float = 600.0,
                     on_result: Callable[[m.RequestResult], None] | None = None, timestamps: str = "auto",
                     loop: str = "auto", start_timeout: float = 120.0) -> m.Run:
-    """:func:`rapidsse.measure.measure`'s run spread over ``workers`` client processes (spawned:
+    """:func:`rapidsse.serving.measure.measure`'s run spread over ``workers`` client processes (spawned:
     the parent may hold threads), one schedule for all, started on one barrier, merged exactly.
     ``on_result`` is called in the parent as each request ends. A setup error of a worker (a bad
     option) raises :class:`ValueError`; a worker that dies fails its unfinished requests; Ctrl-C

@@ -78,10 +78,10 @@ from typing import Any
 
 import msgspec
 
-from .accumulate import (AnthropicAccumulator, ChatAccumulator, CompletionsAccumulator, ResponseAccumulator)
-from .errors import SSEError
-from .decoding import detect_protocol
-from .integrations import to_builtins
+from ..accumulate import (AnthropicAccumulator, ChatAccumulator, CompletionsAccumulator, ResponseAccumulator)
+from ..errors import SSEError
+from ..decoding import detect_protocol
+from ..integrations import to_builtins
 
 __all__ = [
     "BackgroundServer",
