@@ -394,9 +394,12 @@ async fn accept_loop(
                     .max_buf_size(shared.config.max_header_bytes.max(8192))
                     .auto_date_header(false)
                     .keep_alive(true);
+                let (stream, framing) =
+                    super::guard::Guarded::new(stream, shared.config.max_header_bytes.max(8192));
                 let service = service_fn(move |req| {
                     let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(handle(shared, req).await) }
+                    let ambiguous = framing.next_is_ambiguous();
+                    async move { Ok::<_, Infallible>(handle(shared, req, ambiguous).await) }
                 });
                 let open = open.clone();
                 let mut closing = closing.clone();
@@ -676,8 +679,19 @@ pub(crate) fn new_record(protocol: Option<Protocol>, method: &str, path: &str) -
     }
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Reply> {
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) -> Response<Reply> {
     let started = Instant::now();
+    if ambiguous {
+        let path = req.uri().path().to_owned();
+        let record = new_record(Protocol::for_path(&path), req.method().as_str(), &path);
+        return refuse(
+            &shared,
+            record,
+            started,
+            StatusCode::BAD_REQUEST,
+            "the request's body framing is ambiguous (Content-Length with Transfer-Encoding, or two Content-Lengths)",
+        );
+    }
     if super::realtime::is_upgrade(&req) {
         return super::realtime::handle(shared, req, started).await;
     }

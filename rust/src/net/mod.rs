@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod gateway;
+mod guard;
 pub mod realtime;
 pub mod tap;
 
