@@ -1529,3 +1529,57 @@ def test_an_https_upstream_signed_by_a_private_ca(engine, tmp_path):
     assert trusted.status_code == 200 and trusted.json()["upstream"] == "tls"
     assert untrusted.status_code == 502 and len(upstream.requests) == 1
     assert [r.outcome for r in got] == ["complete", "upstream_error"]
+
+
+def test_an_http2_upstream_over_tls(engine, tmp_path):
+    """hypercorn serving the replay app over TLS, offering HTTP/2 by ALPN: the native engine's
+    pooled client takes HTTP/2 (aiohttp, the asyncio engine's, speaks HTTP/1.1 only), and either
+    way the streams come through byte for byte and are tapped."""
+    hypercorn = pytest.importorskip("hypercorn")
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config
+
+    from rapidsse.serving.serve import create_app
+
+    ca_pem, _ = private_ca(tmp_path)
+    files = [SMALL["chat"][0], SMALL["anthropic"][0]]
+    versions: list[str] = []
+    app = create_app(files)
+
+    async def seen(scope, receive, send):
+        if scope["type"] == "http":
+            versions.append(scope["http_version"])
+        await app(scope, receive, send)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]  # hypercorn's from here on
+    config.certfile = config.keyfile = str(tmp_path / "server.pem")
+    config.alpn_protocols = ["h2", "http/1.1"]
+    config.loglevel = "WARNING"
+    loop = asyncio.new_event_loop()
+    stopping = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete,
+                              args=(hypercorn_serve(seen, config, shutdown_trigger=stopping.wait),), daemon=True)
+    thread.start()
+    records = Records()
+    try:
+        with gateway_on(engine, f"https://127.0.0.1:{port}", on_complete=records, upstream_ca=str(ca_pem)) as gateway:
+            replies = {}
+            for path in files:
+                protocol = "chat" if path in SMALL["chat"] else "anthropic"
+                route = "/v1/chat/completions" if protocol == "chat" else "/v1/messages"
+                reply = httpx.post(gateway.url + route, json={"model": "m", "stream": True}, timeout=TIMEOUT)
+                replies[path] = reply
+            got = [r for r, _ in records.take(len(files))]
+    finally:
+        loop.call_soon_threadsafe(stopping.set)
+        thread.join(timeout=10)
+    assert hypercorn is not None
+    for path, reply in replies.items():
+        assert reply.status_code == 200 and reply.content == path.read_bytes(), path.name
+    assert sorted(r.protocol for r in got) == ["anthropic", "chat"]
+    assert all(r.outcome == "complete" and r.events and r.ttft is not None for r in got), got
+    assert versions == (["2", "2"] if engine == "native" else ["1.1", "1.1"]), versions
