@@ -297,7 +297,7 @@ impl Server {
             .map_err(|e| format!("cannot listen: {e}"))?;
         let shared = self.shared.clone();
         std::thread::Builder::new()
-            .name(format!("rapidsse-serve-{number}"))
+            .name(format!("rapidsse-serve{number}"))
             .spawn(move || runtime.block_on(worker(listener, shared, stopped)))
             .map_err(|e| format!("cannot start a worker thread: {e}"))
     }
