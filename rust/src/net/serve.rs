@@ -547,8 +547,8 @@ async fn handle(shared: Arc<Shared>, clock: Arc<Clock>, req: Request<Incoming>) 
     let start = Instant::now();
     let path = unquote(req.uri().path());
     if path == "/health" {
-        if req.method() != Method::GET {
-            return not_allowed("GET");
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return not_allowed("GET, HEAD");
         }
         let reset = req.uri().query().is_some_and(|query| {
             query
@@ -754,6 +754,11 @@ mod tests {
         let server = Server::start(config).unwrap();
         let addr = server.local_addr();
         assert_ne!(addr.port(), 0);
+        let (head, nothing) = exchange(addr, "HEAD", "/health", "");
+        assert!(
+            head.starts_with("HTTP/1.0 200 OK") && nothing.is_empty(),
+            "{head}"
+        );
         let (_, health_before) = exchange(addr, "GET", "/health?reset", "");
         let health_before: Value = serde_json::from_str(&health_before).unwrap();
         assert_eq!(
@@ -797,6 +802,7 @@ mod tests {
             ("POST", "/v1/messages", "[1,", "400", Some("invalid_json")),
             ("POST", "/v1/messages", "[1]", "400", Some("invalid_json")),
             ("GET", "/v1/messages", "", "405", None),
+            ("DELETE", "/health", "", "405", None),
             ("POST", "/nowhere", "", "404", None),
         ] {
             let (head, reply) = exchange(addr, method, path, body);
