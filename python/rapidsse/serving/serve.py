@@ -100,14 +100,16 @@ __all__ = [
     "Synthetic",
     "SyntheticServer",
     "Tally",
+    "choose_engine",
     "create_app",
-    "native_available",
     "create_synthetic_app",
     "detect_protocol",
     "load_recording",
+    "native_available",
     "recording_protocol",
     "register",
     "split_events",
+    "start_native",
 ]
 
 
