@@ -1,12 +1,15 @@
 """The replay and synthetic servers (``rapidsse serve``) on loopback, consumed by the openai,
 anthropic and google-genai SDKs, httpx (sync and async, concurrent streams), ``rapidsse measure``
-in a subprocess and a websockets client."""
+in a subprocess and a websockets client. The synthetic server's tests run on both engines
+(``asyncio`` and ``native``; native is skipped on the pure-Python backend), and the native one's
+streams are checked byte for byte against the asyncio one's."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -27,7 +30,9 @@ from rapidsse.serving.serve import (  # noqa: E402
     ReplayServer,
     Synthetic,
     SyntheticServer,
+    choose_engine,
     load_recording,
+    native_available,
     recording_protocol,
     split_events,
 )
@@ -448,10 +453,87 @@ def test_completions_recording_replayed_to_the_openai_sdk(tmp_path):
 # --- The synthetic server, read by every client -----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def synthetic():
-    with SyntheticServer(tokens=8, rate=1000, ttft=0.005) as server:
+def native_skip() -> str | None:
+    """Why the native synthetic server cannot run here (None when it can)."""
+    if rapidsse.BACKEND != "rust":
+        return "the native engine needs the compiled extension (this run is on the pure Python backend)"
+    return None if native_available() else "this build has no native synthetic server"
+
+
+@pytest.fixture(params=["asyncio", "native"])
+def engine(request):
+    """Each engine of the synthetic server in turn."""
+    if request.param == "native" and native_skip():
+        pytest.skip(native_skip())
+    return request.param
+
+
+@pytest.fixture(scope="module", params=["asyncio", "native"])
+def synthetic(request):
+    if request.param == "native" and native_skip():
+        pytest.skip(native_skip())
+    with SyntheticServer(tokens=8, rate=1000, ttft=0.005, engine=request.param) as server:
         yield server
+
+
+def test_synthetic_native_bodies_are_the_asyncio_ones_byte_for_byte():
+    """The same requests to a fresh server of each engine: the same status, content type and
+    body, but for the creation time (Unix seconds: the two runs may straddle a second)."""
+    if native_skip():
+        pytest.skip(native_skip())
+    requests = [
+        ("/v1/responses", {"stream": True, "input": "one two three", "model": "m\u00e9\"x\n"}),
+        ("/v1/responses", {"stream": True, "input": [{"role": "user", "content": "a b"}], "max_output_tokens": 3}),
+        ("/v1/responses", {"stream": True, "max_output_tokens": 6}),
+        ("/v1/chat/completions", {"stream": True, "messages": [{"role": "user", "content": "say hi"}],
+                                  "stream_options": {"include_usage": True}, "max_tokens": 5}),
+        ("/v1/chat/completions", {"stream": True, "max_completion_tokens": None, "max_tokens": 2, "model": 7}),
+        ("/v1/chat/completions", {"stream": True}),
+        ("/v1/completions", {"stream": True, "prompt": ["p q", "r"], "max_tokens": 9,
+                             "stream_options": {"include_usage": True}}),
+        ("/v1/completions", {"stream": True, "max_tokens": 1}),
+        ("/v1/messages", {"stream": True, "model": "claude", "max_tokens": 4,
+                          "messages": [{"role": "user", "content": [{"type": "text", "text": "a\u3000b"}]}]}),
+        ("/v1/messages", {"stream": True, "max_tokens": 100}),
+        ("/v1beta/models/gemini-x:streamGenerateContent?alt=sse",
+         {"contents": [{"parts": [{"text": "one two"}]}], "generationConfig": {"maxOutputTokens": 2}}),
+        ("/v1beta/models/gemini-x:streamGenerateContent", {}),
+        ("/v1/models/g%C3%A9:streamGenerateContent?alt=sse", {"generationConfig": {"maxOutputTokens": 6}}),
+        ("/v1/messages", {"stream": False}),
+        ("/v1/chat/completions", {"model": "m"}),
+        ("/v1/responses", [1]),
+    ]
+    replies = {}
+    for engine in ("asyncio", "native"):
+        with SyntheticServer(tokens=6, rate=0, ttft=0, engine=engine) as server, \
+                httpx.Client(timeout=TIMEOUT) as client:
+            replies[engine] = [client.post(server.url + path, json=body) for path, body in requests]
+
+    def created_zeroed(body: bytes) -> bytes:
+        return re.sub(rb'"(created|created_at)":\d+', rb'"\1":0', body)
+
+    for (path, body), asyncio_reply, native_reply in zip(requests, replies["asyncio"], replies["native"]):
+        assert native_reply.status_code == asyncio_reply.status_code, (path, body)
+        assert native_reply.headers["content-type"] == asyncio_reply.headers["content-type"], (path, body)
+        if asyncio_reply.status_code == 200:
+            assert created_zeroed(native_reply.content) == created_zeroed(asyncio_reply.content), (path, body)
+        else:  # (the messages differ where they quote the JSON parser)
+            assert native_reply.json()["error"]["code"] == asyncio_reply.json()["error"]["code"], (path, body)
+
+
+def test_engine_choice():
+    assert choose_engine("asyncio", synthetic=False) == choose_engine("asyncio", synthetic=True) == "asyncio"
+    assert choose_engine(None, synthetic=False) == "asyncio"  # replay has only asyncio
+    assert choose_engine(None, synthetic=True) == ("asyncio" if native_skip() else "native")
+    with pytest.raises(ValueError, match="--synthetic streams only"):
+        choose_engine("native", synthetic=False)
+    if rapidsse.BACKEND == "python":
+        with pytest.raises(ValueError, match="pure-Python backend"):
+            choose_engine("native", synthetic=True)
+        with pytest.raises(ValueError, match="pure-Python backend"):
+            SyntheticServer(engine="native")
+    with pytest.raises(ValueError, match="one of native, asyncio"):
+        choose_engine("trio", synthetic=True)
 
 
 def test_synthetic_responses_with_the_openai_sdk(synthetic):
@@ -561,13 +643,13 @@ def test_synthetic_concurrent_streams_httpx_async(synthetic):
         assert body.endswith(b"data: [DONE]\n\n")
 
 
-def test_synthetic_pacing_is_exact_enough():
+def test_synthetic_pacing_is_exact_enough(engine):
     """Each token leaves at ttft + i / rate after the request: measured by the client over real
     sockets (loose bounds: this checks the schedule, not the speed)."""
     from rapidsse.serving.measure import endpoint_url, measure, request_body
 
     rate, ttft, tokens = 100.0, 0.05, 20
-    with SyntheticServer(tokens=tokens, rate=rate, ttft=ttft) as server:
+    with SyntheticServer(tokens=tokens, rate=rate, ttft=ttft, engine=engine) as server:
         run = asyncio.run(asyncio.wait_for(measure(endpoint_url(server.url, "anthropic"),
                                                    [request_body("anthropic", "x")], protocol="anthropic",
                                                    num_prompts=4, max_concurrency=4), TIMEOUT))
@@ -580,13 +662,14 @@ def test_synthetic_pacing_is_exact_enough():
         assert result.token_times[-1] - (ttft + (tokens - 1) / rate) < 0.1
 
 
-def test_serve_synthetic_command_line():
+def test_serve_synthetic_command_line(engine):
     command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", "4", "--rate", "500",
-               "--ttft", "1", "--port", "0", "--log-level", "warning"]
+               "--ttft", "1", "--port", "0", "--log-level", "warning", "--engine", engine]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         banner = process.stderr.readline()
         assert "synthetic streams of 4 tokens at 500 tokens/s after 1 ms" in banner, banner
+        assert ("native engine on http://127.0.0.1:" in banner) == (engine == "native"), banner
         base = banner.rsplit(" on ", 1)[1].strip()
         deadline = time.monotonic() + TIMEOUT
         while True:
@@ -605,15 +688,17 @@ def test_serve_synthetic_command_line():
         process.stderr.close()
 
 
-def test_serve_synthetic_workers_share_the_port_and_health():
-    """``--workers 2``: two processes on one port, each pacing its own streams; ``/health`` (from
-    whichever answers) counts the tokens of both."""
+def test_serve_synthetic_workers_share_the_port_and_health(engine):
+    """``--workers 2``: two servers on one port (processes on asyncio, threads of one process on
+    native), each pacing its own streams; ``/health`` (from whichever answers) counts the tokens
+    of both."""
     command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", "5", "--rate", "500",
-               "--ttft", "1", "--port", "0", "--log-level", "warning", "--workers", "2"]
+               "--ttft", "1", "--port", "0", "--log-level", "warning", "--workers", "2", "--engine", engine]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         banner = process.stderr.readline()
-        assert "2 workers (SO_REUSEPORT) on http://127.0.0.1:" in banner, banner
+        shown = "2 worker threads (SO_REUSEPORT), native engine" if engine == "native" else "2 workers (SO_REUSEPORT)"
+        assert f"{shown} on http://127.0.0.1:" in banner, banner
         base = banner.rsplit(" on ", 1)[1].strip().removesuffix("/v1")
         pids = set()
         with httpx.Client(timeout=TIMEOUT) as client:
@@ -624,7 +709,15 @@ def test_serve_synthetic_workers_share_the_port_and_health():
                     assert response.content.endswith(b"data: [DONE]\n\n")
                     pids.add(one.get(base + "/health").json()["pid"])
             health = client.get(base + "/health").json()
-        assert len(pids) == 2  # both served
+        if engine == "native":
+            # one process, a listener per thread: sixteen new connections all answered (one that
+            # the kernel gave to a thread not accepting would hang) from the two threads there
+            assert pids == {process.pid}
+            threads = {(task / "comm").read_text().strip() for task in Path(f"/proc/{process.pid}/task").iterdir()} \
+                if sys.platform == "linux" else {"rapidsse-serve0", "rapidsse-serve1"}
+            assert {"rapidsse-serve0", "rapidsse-serve1"} <= threads, threads
+        else:
+            assert len(pids) == 2  # both served
         assert health["workers"] == 2 and health["lateness"]["count"] == 16 * 5 and health["itl"]["count"] == 16 * 4
     finally:
         process.terminate()
@@ -633,6 +726,30 @@ def test_serve_synthetic_workers_share_the_port_and_health():
     bad = subprocess.run([sys.executable, "-m", "rapidsse", "serve", "x.sse", "--workers", "2"], capture_output=True,
                          text=True, timeout=TIMEOUT)
     assert bad.returncode == 1 and "--workers is for --synthetic" in bad.stderr
+
+
+def test_serve_engine_native_refuses_replay_and_the_pure_backend():
+    replay = subprocess.run([sys.executable, "-m", "rapidsse", "serve", str(TEXT_CHAT), "--engine", "native"],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert replay.returncode == 1
+    assert "the native engine serves --synthetic streams only" in replay.stderr, replay.stderr
+    if rapidsse.BACKEND == "python":
+        pure = subprocess.run([sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--engine", "native",
+                               "--port", "0"], capture_output=True, text=True, timeout=TIMEOUT)
+        assert pure.returncode == 1 and "pure-Python backend" in pure.stderr, pure.stderr
+
+
+def test_serve_synthetic_cannot_listen(engine):
+    """A port taken (without SO_REUSEPORT): exit code 1 and why, on either engine."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--port", str(port),
+                               "--engine", engine], capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 1 and f"127.0.0.1:{port}" in done.stderr, done.stderr
 
 
 def test_tally_percentiles_match_the_samples_within_a_microsecond():

@@ -47,14 +47,23 @@ deadline instead of up to a millisecond late (the resolution of the event loop's
 The routes are plain ASGI callables (no per-token Starlette machinery), so one uvicorn process
 sustains hundreds of concurrent streams. Non-streaming requests get an error (400).
 
+**Engines** (``--engine native|asyncio``). The synthetic server runs on uvicorn (``asyncio``, the
+ASGI app above) or on the *native* engine: the same routes and the same bytes in Rust (hyper on
+tokio, ``rust/src/net/serve.rs``), with no Python per token; the default on the Rust backend (the
+pure-Python backend has only ``asyncio``). Replay runs on ``asyncio`` only: ``--engine native``
+without ``--synthetic`` is an error. ``--workers N`` keeps its meaning on both (N servers on the
+one port with ``SO_REUSEPORT``, each pacing its own streams with its own clock, ``/health``
+reporting them all): N processes for ``asyncio``, N threads of one process for ``native``, each
+with its own single-threaded runtime.
+
 For tests and scripts, :class:`ReplayServer` and :class:`SyntheticServer` run it on a free port in
 a background thread::
 
     with ReplayServer(["stream.sse"], rate=200) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="x")
 
-Needs the ``serve`` extra (starlette, uvicorn, httptools); the WebSocket route also needs
-``websockets``.
+The ``asyncio`` engine needs the ``serve`` extra (starlette, uvicorn, httptools); the WebSocket
+route also needs ``websockets``.
 """
 
 from __future__ import annotations
@@ -91,13 +100,16 @@ __all__ = [
     "Synthetic",
     "SyntheticServer",
     "Tally",
+    "choose_engine",
     "create_app",
     "create_synthetic_app",
     "detect_protocol",
     "load_recording",
+    "native_available",
     "recording_protocol",
     "register",
     "split_events",
+    "start_native",
 ]
 
 
@@ -947,9 +959,12 @@ class ReplayServer(BackgroundServer):
 
 
 class SyntheticServer(BackgroundServer):
-    """The synthetic server of :func:`create_synthetic_app` in a background thread (see
-    :class:`BackgroundServer`): ``tokens`` per stream, the first ``ttft`` seconds after the request,
-    then ``rate`` tokens per second."""
+    """The synthetic server in a background thread (see :class:`BackgroundServer`): ``tokens`` per
+    stream, the first ``ttft`` seconds after the request, then ``rate`` tokens per second.
+
+    ``engine``: ``"asyncio"`` (default; :func:`create_synthetic_app` on uvicorn) or ``"native"``
+    (the Rust server on threads of its own, ``workers`` of them; see :func:`native_available`).
+    """
 
     def __init__(
         self,
@@ -960,9 +975,86 @@ class SyntheticServer(BackgroundServer):
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "warning",
+        engine: str = "asyncio",
+        workers: int = 1,
     ) -> None:
         self.synthetic = Synthetic(tokens=tokens, rate=rate, ttft=ttft)
+        self.engine = choose_engine(engine, synthetic=True)
+        self.workers = workers
+        self._native: Any = None
+        if self.engine == "native":
+            self.host, self.port, self.log_level = host, port, log_level
+            return
+        if workers != 1:
+            raise ValueError("SyntheticServer runs one asyncio server: workers=N is for engine='native'")
         super().__init__(create_synthetic_app(self.synthetic), host=host, port=port, log_level=log_level)
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.engine != "native":
+            return super().start(timeout)
+        self._native = start_native(self.synthetic, self.host, self.port, self.workers)
+        self.port = self._native.address[1]
+
+    def stop(self) -> None:
+        if self.engine != "native":
+            return super().stop()
+        if self._native is not None:
+            self._native.stop()
+            self._native = None
+
+
+# --- The native engine ----------------------------------------------------------------------------
+
+
+ENGINES = ("native", "asyncio")
+
+
+def native_available() -> bool:
+    """Whether this process can run the native synthetic server: the Rust backend, built with it."""
+    from .. import BACKEND
+
+    if BACKEND != "rust":
+        return False
+    from .._backend import core
+
+    return hasattr(core(), "SyntheticEngine")
+
+
+def choose_engine(engine: str | None, *, synthetic: bool) -> str:
+    """The engine to serve with: ``engine``, or (None) ``"native"`` for synthetic streams when
+    :func:`native_available`, else ``"asyncio"``. ValueError (its message for the command line)
+    when ``engine`` cannot serve that."""
+    if engine is None:
+        return "native" if synthetic and native_available() else "asyncio"
+    if engine not in ENGINES:
+        raise ValueError(f"the engine is one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "native":
+        from .. import BACKEND
+
+        if not synthetic:
+            raise ValueError("the native engine serves --synthetic streams only: replay runs on --engine asyncio")
+        if BACKEND != "rust":
+            raise ValueError("the native engine needs rapidsse's compiled extension, and this process runs the "
+                             "pure-Python backend (RAPIDSSE_BACKEND=python, or no wheel for this platform): use "
+                             "--engine asyncio")
+        if not native_available():
+            raise ValueError("this build of rapidsse has no native synthetic server: use --engine asyncio")
+    return engine
+
+
+def start_native(spec: Synthetic, host: str, port: int, workers: int = 1) -> Any:
+    """Starts the native synthetic server (``rapidsse._rapidsse.SyntheticEngine``) on ``host``
+    (an IP address, or a name resolved here) and ``port``, with ``workers`` threads; OSError when
+    the address cannot be had. Its ``address`` is ``(host, port)``, ``health(reset=False)`` the
+    body of ``/health`` as JSON text, ``stop()`` ends it."""
+    from .._backend import core
+
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+    except OSError:
+        host = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+    return core().SyntheticEngine(host=host, port=port, tokens=spec.tokens, rate=spec.rate, ttft=spec.ttft,
+                                  workers=workers)
 
 
 # --- The command line -------------------------------------------------------------------------
@@ -992,8 +1084,12 @@ def register(subparsers: Any) -> None:
                              "100 for synthetic)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="synthetic: server processes on the one port (SO_REUSEPORT), each pacing its own "
-                             "streams; /health reports them all (default: %(default)s)")
+                        help="synthetic: servers on the one port (SO_REUSEPORT), each pacing its own streams: "
+                             "processes (asyncio) or threads (native); /health reports them all "
+                             "(default: %(default)s)")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="synthetic: native (the Rust server, no Python per token; the default on the Rust "
+                             "backend) or asyncio (uvicorn); replay runs on asyncio only")
     parser.set_defaults(func=run)
 
 
@@ -1006,7 +1102,9 @@ def run(args: argparse.Namespace) -> int:
     """
     synthetic = getattr(args, "synthetic", False)
     try:
-        _require_server_packages()
+        engine = choose_engine(getattr(args, "engine", None), synthetic=synthetic)
+        if engine == "asyncio":
+            _require_server_packages()
         if synthetic and args.files:
             raise ValueError("--synthetic generates its streams: give it no files")
         if not synthetic and not args.files:
@@ -1022,6 +1120,8 @@ def run(args: argparse.Namespace) -> int:
     except (ImportError, ValueError) as exc:
         print(f"rapidsse serve: {exc}", file=sys.stderr)
         return 1
+    if engine == "native":
+        return _serve_native(spec, args.host, args.port, workers)
     recordings: list[Recording] = []
     if not synthetic:
         try:
@@ -1055,6 +1155,35 @@ def run(args: argparse.Namespace) -> int:
         _collector_off()
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def _serve_native(spec: Synthetic, host: str, port: int, workers: int) -> int:
+    """``serve --synthetic --engine native``: the Rust server on ``workers`` threads of this
+    process, until SIGINT or SIGTERM."""
+    import signal
+
+    try:
+        server = start_native(spec, host, port, workers)
+    except OSError as exc:
+        print(f"rapidsse serve: {exc}", file=sys.stderr)
+        return 1
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)  # (so that the server is stopped too)
+
+    try:
+        signal.signal(signal.SIGTERM, stop)
+        bound, port = server.address
+        shown = f"[{bound}]" if ":" in bound else bound
+        how = f", {workers} worker threads (SO_REUSEPORT)" if workers > 1 else ""
+        print(f"rapidsse serve: {_synthetic_banner(spec)}{how}, native engine on http://{shown}:{port}/v1",
+              file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)  # (the server runs on its own threads; a signal ends the sleep)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
 
 
 def _collector_off() -> None:

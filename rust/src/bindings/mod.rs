@@ -64,6 +64,7 @@ mod drain;
 mod framing;
 mod native;
 mod net;
+mod serve;
 mod structs;
 mod wire;
 
@@ -252,6 +253,7 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<accumulate::CompletionsCore>()?;
     m.add_class::<accumulate::AnthropicCore>()?;
     m.add_class::<net::GatewayEngine>()?;
+    m.add_class::<serve::SyntheticEngine>()?;
     m.add_function(wrap_pyfunction!(structs::_struct_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -5,12 +5,16 @@
 //!   tapped as it goes, with one [`gateway::Record`] per exchange handed to a bounded queue;
 //! - [`realtime`]: WebSocket exchanges, proxied both ways;
 //! - [`tap`]: the protocol's accumulator fed the forwarded bytes, and the first output;
-//! - [`client`]: the upstream client and its TLS roots.
+//! - [`client`]: the upstream client and its TLS roots;
+//! - [`serve`]: the synthetic server of `rapidsse serve --synthetic`, pacing the streams of
+//!   [`synthetic`].
 
 pub mod client;
 pub mod gateway;
 mod guard;
 pub mod realtime;
+pub mod serve;
+pub mod synthetic;
 pub mod tap;
 
 pub use gateway::{Config, Decision, ErrorText, Gateway, Hooks, Next, Record, RequestHead};
