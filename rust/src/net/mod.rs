@@ -5,13 +5,17 @@
 //!   tapped as it goes, with one [`gateway::Record`] per exchange handed to a bounded queue;
 //! - [`realtime`]: WebSocket exchanges, proxied both ways;
 //! - [`tap`]: the protocol's accumulator fed the forwarded bytes, and the first output;
-//! - [`client`]: the upstream client and its TLS roots.
+//! - [`client`]: the upstream client and its TLS roots;
+//! - [`measure`]: the benchmark client of `rapidsse measure --engine native`, counting with
+//!   [`tokens`].
 
 pub mod client;
 pub mod gateway;
 mod guard;
+pub mod measure;
 pub mod realtime;
 pub mod tap;
+pub mod tokens;
 
 pub use gateway::{Config, Decision, ErrorText, Gateway, Hooks, Next, Record, RequestHead};
 pub use tap::{Protocol, Refused, StreamTap, TapError};
