@@ -138,6 +138,8 @@ cannot read every stream when its bytes arrive, and token times bunch up."""
 SATURATED_MULTI_TOKEN_READS = 0.01
 """Past this share of its token reads holding several tokens, a client is saturated: one read of
 several tokens gives them one time, an ITL of 0 and a gap the server did not make."""
+SATURATED_MIN_MULTI_TOKEN_READS = 10
+"""...and only from this many such reads on: a few in a short run are a scheduling hiccup."""
 _WORDS = ("the quick brown fox jumps over a lazy dog while seven bright stars watch "
           "silent rivers carry old songs toward distant green hills").split()
 
@@ -1390,23 +1392,31 @@ def summarize(run: Run, *, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     report["token_reads"] = token_reads
     report["multi_token_reads"] = multi_token_reads
     report["client_cpu_share"] = cpu_share
-    report["client_saturated"] = (cpu_share > SATURATED_CPU_SHARE
-                                  or multi_token_reads > SATURATED_MULTI_TOKEN_READS * token_reads)
+    report["client_saturated"] = cpu_share > SATURATED_CPU_SHARE or _bunched(multi_token_reads, token_reads)
     return report
+
+
+def _bunched(multi_token_reads: int, token_reads: int) -> bool:
+    """Whether too many token reads held several tokens (see :data:`SATURATED_MULTI_TOKEN_READS`)."""
+    return (multi_token_reads >= SATURATED_MIN_MULTI_TOKEN_READS
+            and multi_token_reads > SATURATED_MULTI_TOKEN_READS * token_reads)
 
 
 def saturation_warning(report: dict[str, Any]) -> str | None:
     """What to tell the user when :func:`summarize` found the client saturated (None if not)."""
     if not report.get("client_saturated"):
         return None
-    reads = report["token_reads"]
-    share = 100.0 * report["multi_token_reads"] / reads if reads else 0.0
-    return (f"warning: the client may have skewed its own measurements (client_saturated): it used "
-            f"{100.0 * report['client_cpu_share']:.0f}% of a core (over {100.0 * SATURATED_CPU_SHARE:.0f}% means "
-            f"it was busy, and late to its reads), and {share:.1f}% of its reads held several tokens (over "
-            f"{100.0 * SATURATED_MULTI_TOKEN_READS:g}%: it fell behind the streams, or the server writes several "
-            "tokens at once). ITL and TPOT are then not the server's alone: use more --workers, "
-            "--engine native, or a lighter load.")
+    reasons = []
+    if report["client_cpu_share"] > SATURATED_CPU_SHARE:
+        reasons.append(f"it used {100.0 * report['client_cpu_share']:.0f}% of a core (over "
+                       f"{100.0 * SATURATED_CPU_SHARE:.0f}%: busy, so late to its reads)")
+    if _bunched(report["multi_token_reads"], report["token_reads"]):
+        reasons.append(f"{report['multi_token_reads']} of its {report['token_reads']} token reads held several "
+                       f"tokens (over {100.0 * SATURATED_MULTI_TOKEN_READS:g}%: it fell behind the streams, or the "
+                       "server writes several tokens at once)")
+    return ("warning: the client may have skewed its own measurements (client_saturated): " + "; ".join(reasons)
+            + ". ITL and TPOT are then not the server's alone: use more --workers, the native engine, or a "
+              "lighter load.")
 
 
 def format_report(report: dict[str, Any], percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
@@ -1446,6 +1456,13 @@ def format_report(report: dict[str, Any], percentiles: Sequence[float] = DEFAULT
         row(f"Median {label} (ms):", report[f"median_{name}_ms"])
         for q in percentiles:
             row(f"P{_percentile_name(q)} {label} (ms):", report[f"p{_percentile_name(q)}_{name}_ms"])
+    if "client_cpu_share" in report:
+        lines.append("{:-^50}".format("Client"))
+        if report.get("engine"):
+            row("Client engine:", report["engine"])
+        row("Client CPU share (of a core):", report["client_cpu_share"])
+        row("Reads of several tokens:", f"{report['multi_token_reads']} of {report['token_reads']}")
+        row("Client saturated:", "yes" if report["client_saturated"] else "no")
     if report["failure_reasons"]:
         lines.append("{:-^50}".format("Failures"))
         lines += [f"{count:>6} x {reason}" for reason, count in list(report["failure_reasons"].items())[:10]]

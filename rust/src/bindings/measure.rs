@@ -37,7 +37,11 @@ fn protocol(name: &str) -> PyResult<Protocol> {
         "completions" => Protocol::Completions,
         "anthropic" => Protocol::Anthropic,
         "gemini" => Protocol::Gemini,
-        _ => return Err(PyValueError::new_err(format!("no native client for {name:?}"))),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "no native client for {name:?}"
+            )))
+        }
     })
 }
 
@@ -100,7 +104,8 @@ impl MeasureEngine {
         let start = if start_in >= 0.0 {
             now + Duration::from_secs_f64(start_in)
         } else {
-            now.checked_sub(Duration::from_secs_f64(-start_in)).unwrap_or(now)
+            now.checked_sub(Duration::from_secs_f64(-start_in))
+                .unwrap_or(now)
         };
         let slots = match slots {
             None => Slots::None,

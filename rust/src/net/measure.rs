@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use super::tap::Protocol;
 use super::tokens::TokenCounter;
@@ -201,11 +201,12 @@ impl Client {
         self.runtime.spawn(async move {
             let local = match slots {
                 Slots::Local(cap) => Some(Arc::new(Semaphore::new(cap.max(1)))),
-                _ => None,
+                Slots::None | Slots::External => None,
             };
             let mut tasks = Vec::with_capacity(plan.len());
-            for (index, offset) in plan {
-                let due = start + Duration::from_secs_f64(offset.max(0.0));
+            let due_at = |offset: f64| start + Duration::from_secs_f64(offset.max(0.0));
+            for (number, &(index, offset)) in plan.iter().enumerate() {
+                let due = due_at(offset);
                 if *stop.borrow() {
                     break;
                 }
@@ -213,10 +214,28 @@ impl Client {
                     _ = tokio::time::sleep_until(due.into()) => {}
                     _ = stop.wait_for(|s| *s) => break,
                 }
-                let (shared, tx, local, stop) =
-                    (shared.clone(), tx.clone(), local.clone(), stop.clone());
+                // The cap's slots go in arrival order: taken here, one request after the other
+                // (tokio runs the task spawned last first, so the tasks would not queue in order).
+                let permit = match &local {
+                    Some(semaphore) => tokio::select! {
+                        permit = semaphore.clone().acquire_owned() => permit.ok(),
+                        _ = stop.wait_for(|s| *s) => {
+                            // Stopped: this request and those due behind it waited for a slot.
+                            for &(index, offset) in &plan[number..] {
+                                let due = due_at(offset);
+                                if due <= Instant::now() {
+                                    let sample = interrupted(&shared, index, due);
+                                    let _ = tx.send(Message::Sample(Box::new(sample)));
+                                }
+                            }
+                            break;
+                        }
+                    },
+                    None => None,
+                };
+                let (shared, tx, stop) = (shared.clone(), tx.clone(), stop.clone());
                 tasks.push(tokio::spawn(async move {
-                    let sample = slotted(&shared, index, due, slots, local, &tx, stop).await;
+                    let sample = slotted(&shared, index, due, slots, permit, &tx, stop).await;
                     let _ = tx.send(Message::Sample(Box::new(sample)));
                 }));
             }
@@ -253,36 +272,31 @@ impl Client {
     }
 }
 
-/// One request of the run: its slot, then [`request`]; its slot's wait counts as queued.
+/// One request of the run: its slot (`permit`, a local cap's, taken by the scheduler; or one
+/// granted from outside), then [`request`]; the wait for its slot counts as queued.
 async fn slotted(
     shared: &Shared,
     index: u64,
     due: Instant,
     slots: Slots,
-    local: Option<Arc<Semaphore>>,
+    permit: Option<OwnedSemaphorePermit>,
     tx: &mpsc::Sender<Message>,
     mut stop: watch::Receiver<bool>,
 ) -> Sample {
-    let _permit = match (slots, local) {
-        (Slots::Local(_), Some(semaphore)) => tokio::select! {
-            permit = semaphore.acquire_owned() => permit.ok(),
+    let _permit = permit;
+    if let Slots::External = slots {
+        let (grant_tx, grant_rx) = oneshot::channel();
+        shared
+            .grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(index, grant_tx);
+        let _ = tx.send(Message::Want(index));
+        tokio::select! {
+            _ = grant_rx => {}
             _ = stop.wait_for(|s| *s) => return interrupted(shared, index, due),
-        },
-        (Slots::External, _) => {
-            let (grant_tx, grant_rx) = oneshot::channel();
-            shared
-                .grants
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(index, grant_tx);
-            let _ = tx.send(Message::Want(index));
-            tokio::select! {
-                _ = grant_rx => None,
-                _ = stop.wait_for(|s| *s) => return interrupted(shared, index, due),
-            }
         }
-        _ => None,
-    };
+    }
     request(shared, index, due, stop).await
 }
 
@@ -362,9 +376,16 @@ impl Exchange {
                 Some(stream) => stream,
                 None => connect(shared).await.map_err(|e| python_error(&e))?,
             };
-            match self.on(&stream, &request, shared.target.kernel_timestamps).await {
+            match self
+                .on(&stream, &request, shared.target.kernel_timestamps)
+                .await
+            {
                 Ok(Reuse::Yes) => {
-                    shared.idle.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
+                    shared
+                        .idle
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(stream);
                     return Ok(());
                 }
                 Ok(Reuse::No) => return Ok(()),
@@ -403,7 +424,10 @@ impl Exchange {
                 Ok((0, _)) | Err(_) if self.sample.bytes == 0 && self.parser.is_fresh() => {
                     return Err(Failure::Stale)
                 }
-                Ok((size, stamp)) => (size, arrival(Instant::now(), SystemTime::now(), stamp, floor)),
+                Ok((size, stamp)) => (
+                    size,
+                    arrival(Instant::now(), SystemTime::now(), stamp, floor),
+                ),
                 Err(e) => return Err(Failure::Reason(self.lost(Some(&e)))),
             };
             if size == 0 {
@@ -448,12 +472,20 @@ impl Exchange {
                         sample.status = Some(status);
                         if (200..300).contains(&status) {
                             let media = content_type.split(|&b| b == b';').next().unwrap_or(b"");
-                            if media.trim_ascii().eq_ignore_ascii_case(b"text/event-stream") {
+                            if media
+                                .trim_ascii()
+                                .eq_ignore_ascii_case(b"text/event-stream")
+                            {
                                 *streaming = true;
                             } else {
                                 failure = Some(format!(
                                     "not an event stream: content type {}",
-                                    python_repr(&content_type.iter().map(|&b| b as char).collect::<String>())
+                                    python_repr(
+                                        &content_type
+                                            .iter()
+                                            .map(|&b| b as char)
+                                            .collect::<String>()
+                                    )
                                 ));
                             }
                         }
@@ -567,7 +599,10 @@ async fn connect(shared: &Shared) -> io::Result<TcpStream> {
     Err(error.unwrap_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
-            format!("no address for {}:{}", shared.target.host, shared.target.port),
+            format!(
+                "no address for {}:{}",
+                shared.target.host, shared.target.port
+            ),
         )
     }))
 }
@@ -661,10 +696,8 @@ fn recv_stamped(stream: &TcpStream, buffer: &mut [u8]) -> io::Result<(usize, Opt
                 && (*header).cmsg_type == libc::SCM_TIMESTAMPNS
             {
                 let time: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast());
-                stamp = SystemTime::UNIX_EPOCH.checked_add(Duration::new(
-                    time.tv_sec as u64,
-                    time.tv_nsec as u32,
-                ));
+                stamp = SystemTime::UNIX_EPOCH
+                    .checked_add(Duration::new(time.tv_sec as u64, time.tv_nsec as u32));
             }
             header = libc::CMSG_NXTHDR(&message, header);
         }
@@ -803,7 +836,11 @@ impl ResponseParser {
     }
 
     /// Takes the next bytes; `on_part` gets the parts they complete, in order.
-    pub fn feed<F: FnMut(Part<'_>)>(&mut self, mut data: &[u8], mut on_part: F) -> Result<(), String> {
+    pub fn feed<F: FnMut(Part<'_>)>(
+        &mut self,
+        mut data: &[u8],
+        mut on_part: F,
+    ) -> Result<(), String> {
         while !data.is_empty() {
             match self.state {
                 State::Head => {
@@ -936,10 +973,18 @@ impl ResponseParser {
         Ok(())
     }
 
-    fn line_done<F: FnMut(Part<'_>)>(&mut self, line: &[u8], on_part: &mut F) -> Result<(), String> {
+    fn line_done<F: FnMut(Part<'_>)>(
+        &mut self,
+        line: &[u8],
+        on_part: &mut F,
+    ) -> Result<(), String> {
         match self.state {
             State::ChunkSize => {
-                let digits = line.split(|&b| b == b';').next().unwrap_or(b"").trim_ascii();
+                let digits = line
+                    .split(|&b| b == b';')
+                    .next()
+                    .unwrap_or(b"")
+                    .trim_ascii();
                 let size = std::str::from_utf8(digits)
                     .ok()
                     .filter(|d| !d.is_empty())
@@ -1017,9 +1062,13 @@ transfer-encoding: chunked\r\n\r\n5;ext=1\r\ndata:\r\n10\r\n 0123456789abcde\r\n
 
     #[test]
     fn length_and_close_framed_bodies_and_interim_heads() {
-        let response = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 500 Oops\r\ncontent-length: 4\r\n\r\nboom";
+        let response =
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 500 Oops\r\ncontent-length: 4\r\n\r\nboom";
         for at in 0..response.len() {
-            assert_eq!(parts(response, &[at]).unwrap(), (500, b"boom".to_vec(), Some(true)));
+            assert_eq!(
+                parts(response, &[at]).unwrap(),
+                (500, b"boom".to_vec(), Some(true))
+            );
         }
         let closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
         assert_eq!(parts(closing, &[]).unwrap(), (200, vec![], Some(false)));
@@ -1053,9 +1102,20 @@ transfer-encoding: chunked\r\n\r\n5;ext=1\r\ndata:\r\n10\r\n 0123456789abcde\r\n
         let now = floor + Duration::from_millis(50);
         let wall = SystemTime::now();
         let stamp = |ago: u64| Some(wall - Duration::from_millis(ago));
-        assert_eq!(arrival(now, wall, stamp(20), floor), now - Duration::from_millis(20));
-        assert_eq!(arrival(now, wall, None, floor), now, "no stamp: the read's time");
-        assert_eq!(arrival(now, wall, stamp(80), floor), now, "before the floor");
+        assert_eq!(
+            arrival(now, wall, stamp(20), floor),
+            now - Duration::from_millis(20)
+        );
+        assert_eq!(
+            arrival(now, wall, None, floor),
+            now,
+            "no stamp: the read's time"
+        );
+        assert_eq!(
+            arrival(now, wall, stamp(80), floor),
+            now,
+            "before the floor"
+        );
         let ahead = Some(wall + Duration::from_secs(5)); // a wall clock stepped back since
         assert_eq!(arrival(now, wall, ahead, floor), now, "in the future");
     }

@@ -67,7 +67,9 @@ impl TokenCounter {
             outcome,
         } = self;
         let mut tokens = 0;
-        framer.feed(chunk, |event| tokens += count(*protocol, event.data, outcome))?;
+        framer.feed(chunk, |event| {
+            tokens += count(*protocol, event.data, outcome)
+        })?;
         Ok(tokens)
     }
 
@@ -99,7 +101,9 @@ fn count(protocol: Protocol, data: &[u8], outcome: &mut Outcome) -> u32 {
     match protocol {
         Protocol::Responses => serde_json::from_slice(data).map_or(0, |e| responses(e, outcome)),
         Protocol::Chat => serde_json::from_slice(data).map_or(0, |e| chat(e, outcome)),
-        Protocol::Completions => serde_json::from_slice(data).map_or(0, |e| completions(e, outcome)),
+        Protocol::Completions => {
+            serde_json::from_slice(data).map_or(0, |e| completions(e, outcome))
+        }
         Protocol::Anthropic => serde_json::from_slice(data).map_or(0, |e| anthropic(e, outcome)),
         Protocol::Gemini => serde_json::from_slice(data).map_or(0, |e| gemini(e, outcome)),
         Protocol::Realtime => 0,
@@ -344,7 +348,12 @@ fn chat(chunk: ChatChunk, outcome: &mut Outcome) -> u32 {
     let mut tokens = 0;
     for choice in &chunk.choices {
         if let Some(d) = &choice.delta {
-            if d.content.0 || d.refusal.0 || d.reasoning.0 || d.reasoning_content.0 || d.tool_calls.0 {
+            if d.content.0
+                || d.refusal.0
+                || d.reasoning.0
+                || d.reasoning_content.0
+                || d.tool_calls.0
+            {
                 tokens = 1;
             }
         }
@@ -383,7 +392,8 @@ struct CompletionChoice {
     #[serde(default)]
     text: Text,
     #[serde(default)]
-    #[allow(dead_code)] // read only to fail the event as the adapter does when it is not a string
+    #[allow(dead_code)]
+    // read only to fail the event as the adapter does when it is not a string
     finish_reason: Text,
 }
 
@@ -440,9 +450,11 @@ struct AnthropicMessage {
 
 fn anthropic(event: AnthropicEvent<'_>, outcome: &mut Outcome) -> u32 {
     match &*event.kind {
-        "content_block_delta" => {
-            u32::from(event.delta.is_some_and(|d| d.text.0 || d.thinking.0 || d.partial_json.0))
-        }
+        "content_block_delta" => u32::from(
+            event
+                .delta
+                .is_some_and(|d| d.text.0 || d.thinking.0 || d.partial_json.0),
+        ),
         "message_start" => {
             if let Some(usage) = event.message.and_then(|m| m.usage) {
                 outcome.input_tokens = usage.input_tokens;
@@ -571,24 +583,41 @@ data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n
 data: [DONE]\n\n";
         for size in [1, 7, body.len()] {
             let (tokens, outcome) = run(Protocol::Chat, body, size);
-            assert_eq!(tokens, 2, "the empty delta and the non-string content count nothing");
+            assert_eq!(
+                tokens, 2,
+                "the empty delta and the non-string content count nothing"
+            );
             assert!(outcome.finished && outcome.error.is_none());
-            assert_eq!((outcome.input_tokens, outcome.output_tokens), (Some(3), Some(2)));
+            assert_eq!(
+                (outcome.input_tokens, outcome.output_tokens),
+                (Some(3), Some(2))
+            );
         }
     }
 
     #[test]
     fn errors_are_worded_as_the_adapters_word_them() {
-        let (_, chat) = run(Protocol::Chat, b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n", 5);
+        let (_, chat) = run(
+            Protocol::Chat,
+            b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n",
+            5,
+        );
         assert_eq!(chat.error.as_deref(), Some("error event: overloaded"));
-        let (_, completions) = run(Protocol::Completions, b"data: {\"error\":{\"code\":503}}\n\n", 5);
+        let (_, completions) = run(
+            Protocol::Completions,
+            b"data: {\"error\":{\"code\":503}}\n\n",
+            5,
+        );
         assert_eq!(completions.error.as_deref(), Some("error event: 503"));
         let (_, anthropic) = run(Protocol::Anthropic, b"data: {\"type\":\"error\"}\n\n", 5);
         assert_eq!(anthropic.error.as_deref(), Some("error event: no message"));
         let failed = b"data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"message\":\"it broke\"}}}\n\n";
         let (_, responses) = run(Protocol::Responses, failed, 3);
         assert!(responses.finished);
-        assert_eq!(responses.error.as_deref(), Some("response.failed: it broke"));
+        assert_eq!(
+            responses.error.as_deref(),
+            Some("response.failed: it broke")
+        );
     }
 
     #[test]
@@ -599,7 +628,10 @@ data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"\"}]},\"finishReason
         let (tokens, outcome) = run(Protocol::Gemini, body, 11);
         assert_eq!(tokens, 1);
         assert!(outcome.finished);
-        assert_eq!((outcome.input_tokens, outcome.output_tokens), (Some(4), Some(5)));
+        assert_eq!(
+            (outcome.input_tokens, outcome.output_tokens),
+            (Some(4), Some(5))
+        );
     }
 
     #[test]
@@ -611,8 +643,12 @@ data: {\"type\":\"message_stop\"}\n\n";
         let (tokens, outcome) = run(Protocol::Anthropic, body, 2);
         assert_eq!(tokens, 1);
         assert!(outcome.finished);
-        assert_eq!((outcome.input_tokens, outcome.output_tokens), (Some(7), Some(9)));
-        let body = b"data: {\"choices\":[{\"text\":\"a\",\"finish_reason\":null}]}\n\ndata: [DONE]\n\n";
+        assert_eq!(
+            (outcome.input_tokens, outcome.output_tokens),
+            (Some(7), Some(9))
+        );
+        let body =
+            b"data: {\"choices\":[{\"text\":\"a\",\"finish_reason\":null}]}\n\ndata: [DONE]\n\n";
         let (tokens, outcome) = run(Protocol::Completions, body, 4);
         assert_eq!(tokens, 1);
         assert!(outcome.finished);
