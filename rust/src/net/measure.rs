@@ -210,9 +210,13 @@ impl Client {
                 if *stop.borrow() {
                     break;
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep_until(due.into()) => {}
-                    _ = stop.wait_for(|s| *s) => break,
+                // (Not for a request already due: tokio's timer would hold it to its next
+                // millisecond tick, and every request due at once would wait one tick more.)
+                if due > Instant::now() {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(due.into()) => {}
+                        _ = stop.wait_for(|s| *s) => break,
+                    }
                 }
                 // The cap's slots go in arrival order: taken here, one request after the other
                 // (tokio runs the task spawned last first, so the tasks would not queue in order).
