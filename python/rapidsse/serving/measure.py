@@ -51,6 +51,12 @@ The client is made to stay out of its own measurements:
   flight. A request leaves no reference cycle behind, so nothing piles up meanwhile; what the
   driver does leave is collected when the run ends.
 
+``--engine native`` (the default on the Rust backend, for ``http://``) runs every request in Rust
+instead (:func:`measure_native`, ``rust/src/net/measure.rs``): tokio tasks on kept-alive pooled
+connections, the same kernel timestamps and token counts, the same :class:`RequestResult` s and
+report. Both engines report whether the client kept up (``multi_token_reads``, ``client_cpu_share``,
+``client_saturated``: see :func:`summarize`).
+
 ``--workers N`` and ``--ray`` spread the same schedule over client processes or Ray actors and
 merge their samples into this module's report (:mod:`rapidsse.serving.workers`).
 
@@ -1361,7 +1367,13 @@ def summarize(run: Run, *, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     ``total_input_tokens``, ``total_output_tokens``, ``request_throughput``, ``request_goodput``,
     ``output_throughput``, ``total_token_throughput``, ``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms``,
     ``..._client_queue_time_ms``, ``max_concurrent_requests``, plus ``failure_reasons`` (reason →
-    count). Distributions are over the completed requests."""
+    count). Distributions are over the completed requests.
+
+    And whether the client kept up: ``token_reads`` and ``multi_token_reads`` (reads that completed
+    a token, and several), ``client_cpu_share`` (the client's CPU seconds over the run's wall time,
+    per client process) and ``client_saturated``: a share over :data:`SATURATED_CPU_SHARE`, or
+    more than :data:`SATURATED_MULTI_TOKEN_READS` of the token reads (and at least
+    :data:`SATURATED_MIN_MULTI_TOKEN_READS`) holding several tokens."""
     results, duration = run.results, run.duration
     good = [r for r in results if r.ok]
     output_tokens = sum(r.tokens for r in good)
