@@ -743,12 +743,15 @@ def test_reads_of_several_tokens_are_counted_and_share_a_time(engine):
 
 
 def test_a_light_run_is_not_saturated(engine):
-    with SyntheticServer(tokens=6, rate=50, ttft=0.01) as server:
+    """Tokens 50 ms apart, a few streams: the client keeps up (a read of two tokens needs it to be
+    50 ms late, and one or two such on a loaded machine are below the threshold)."""
+    with SyntheticServer(tokens=6, rate=20, ttft=0.01) as server:
         run = run_async(m.measure(m.endpoint_url(server.url, "completions"), [m.request_body("completions", "x")],
                                   protocol="completions", num_prompts=4, request_rate=20, seed=1, engine=engine))
     report = m.summarize(run)
-    assert report["completed"] == 4 and report["token_reads"] == 24
-    assert 0 < report["client_cpu_share"] < 0.5 and report["multi_token_reads"] == 0
+    assert report["completed"] == 4 and report["total_output_tokens"] == 24
+    assert report["token_reads"] > 20 and report["multi_token_reads"] < 3
+    assert 0 < report["client_cpu_share"] < 0.5
     assert report["client_saturated"] is False and m.saturation_warning(report) is None
 
 

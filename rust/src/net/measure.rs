@@ -28,6 +28,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+#[cfg(not(unix))]
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
@@ -108,7 +109,7 @@ struct Shared {
     bodies: Vec<Vec<u8>>,
     timeout: Duration,
     texts: Texts,
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<Conn>>,
     grants: Mutex<HashMap<u64, oneshot::Sender<()>>>,
 }
 
@@ -407,14 +408,9 @@ impl Exchange {
     }
 
     /// The request written on `stream`, its response read to its end (or to a failure).
-    async fn on(
-        &mut self,
-        stream: &TcpStream,
-        request: &[u8],
-        kernel: bool,
-    ) -> Result<Reuse, Failure> {
+    async fn on(&mut self, stream: &Conn, request: &[u8], kernel: bool) -> Result<Reuse, Failure> {
         let mut floor = Instant::now(); // no answer arrives before its request is written
-        if let Err(e) = write(stream, request).await {
+        if let Err(e) = stream.write_all(request).await {
             return Err(if self.sample.bytes == 0 {
                 Failure::Stale
             } else {
@@ -423,7 +419,7 @@ impl Exchange {
         }
         let mut buffer = vec![0u8; READ_SIZE];
         loop {
-            let read = read(stream, &mut buffer, kernel).await;
+            let read = stream.read(&mut buffer, kernel).await;
             let (size, at) = match read {
                 Ok((0, _)) | Err(_) if self.sample.bytes == 0 && self.parser.is_fresh() => {
                     return Err(Failure::Stale)
@@ -586,7 +582,7 @@ enum Failure {
 
 /// A new connection to the target: its addresses tried in turn (`localhost` may name `::1` first
 /// and be served on `127.0.0.1` only), with kernel receive timestamps on when asked.
-async fn connect(shared: &Shared) -> io::Result<TcpStream> {
+async fn connect(shared: &Shared) -> io::Result<Conn> {
     let mut error = None;
     for address in &shared.addresses {
         match TcpStream::connect(address).await {
@@ -595,7 +591,7 @@ async fn connect(shared: &Shared) -> io::Result<TcpStream> {
                 if shared.target.kernel_timestamps {
                     stamps_on(&stream)?;
                 }
-                return Ok(stream);
+                return Conn::new(stream);
             }
             Err(e) => error = Some(e),
         }
@@ -611,7 +607,7 @@ async fn connect(shared: &Shared) -> io::Result<TcpStream> {
     }))
 }
 
-/// Whether this machine gives kernel receive timestamps to [`read`].
+/// Whether this machine gives kernel receive timestamps to [`Conn::read`].
 pub const KERNEL_TIMESTAMPS: bool = cfg!(target_os = "linux");
 
 #[cfg(target_os = "linux")]
@@ -640,39 +636,110 @@ fn stamps_on(_stream: &TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-/// All of `data` written.
-async fn write(stream: &TcpStream, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        let written = stream
-            .async_io(Interest::WRITABLE, || stream.try_write(data))
-            .await?;
-        data = &data[written..];
+/// A connection, read one `recv` per arrival. On Unix the socket is tokio's [`AsyncFd`]: a read
+/// shorter than the buffer emptied the socket's receive queue, so its readiness is cleared then
+/// and there, not found out by one more `recv` failing with `EAGAIN` (which tokio's `TcpStream`
+/// needs, a second system call per read). Data that arrives meanwhile is a new edge, which tokio
+/// tells from the one the guard holds, so none is missed.
+#[cfg(unix)]
+struct Conn(tokio::io::unix::AsyncFd<std::net::TcpStream>);
+
+#[cfg(unix)]
+impl Conn {
+    fn new(stream: TcpStream) -> io::Result<Conn> {
+        let socket = stream.into_std()?; // (non-blocking, as tokio left it)
+                                         // SAFETY: the socket owns its fd, and nothing replaces or closes it while registered.
+        Ok(Conn(unsafe { tokio::io::unix::AsyncFd::register(socket) }?))
     }
-    Ok(())
+
+    /// All of `data` written.
+    async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        while !data.is_empty() {
+            let mut guard = self.0.writable().await?;
+            if let Ok(written) = guard.try_io(|socket| socket.get_ref().write(data)) {
+                data = &data[written?..];
+            }
+        }
+        Ok(())
+    }
+
+    /// One read: its size and, with kernel timestamps, the wall-clock time its last byte arrived.
+    async fn read(
+        &self,
+        buffer: &mut [u8],
+        kernel: bool,
+    ) -> io::Result<(usize, Option<SystemTime>)> {
+        loop {
+            let mut guard = self.0.readable().await?;
+            let read = guard.try_io(|socket| recv(socket.get_ref(), buffer, kernel));
+            if let Ok(read) = read {
+                if let Ok((size, _)) = read {
+                    if size > 0 && size < buffer.len() {
+                        guard.clear_ready();
+                    }
+                }
+                return read;
+            }
+        }
+    }
 }
 
-/// One read: its size and, with kernel timestamps, the wall-clock time its last byte arrived.
-async fn read(
-    stream: &TcpStream,
+/// `recv`, or with kernel timestamps `recvmsg` and its `SCM_TIMESTAMPNS` control message.
+#[cfg(unix)]
+fn recv(
+    socket: &std::net::TcpStream,
     buffer: &mut [u8],
     kernel: bool,
 ) -> io::Result<(usize, Option<SystemTime>)> {
     #[cfg(target_os = "linux")]
     if kernel {
-        return stream
-            .async_io(Interest::READABLE, || recv_stamped(stream, buffer))
-            .await;
+        return recv_stamped(socket, buffer);
     }
     let _ = kernel;
-    stream
-        .async_io(Interest::READABLE, || stream.try_read(buffer))
-        .await
-        .map(|size| (size, None))
+    std::io::Read::read(&mut &*socket, buffer).map(|size| (size, None))
+}
+
+/// A connection elsewhere: tokio's `TcpStream`, read times only.
+#[cfg(not(unix))]
+struct Conn(TcpStream);
+
+#[cfg(not(unix))]
+impl Conn {
+    fn new(stream: TcpStream) -> io::Result<Conn> {
+        Ok(Conn(stream))
+    }
+
+    async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let stream = &self.0;
+            let written = stream
+                .async_io(Interest::WRITABLE, || stream.try_write(data))
+                .await?;
+            data = &data[written..];
+        }
+        Ok(())
+    }
+
+    async fn read(
+        &self,
+        buffer: &mut [u8],
+        _kernel: bool,
+    ) -> io::Result<(usize, Option<SystemTime>)> {
+        let stream = &self.0;
+        stream
+            .async_io(Interest::READABLE, || stream.try_read(buffer))
+            .await
+            .map(|size| (size, None))
+    }
 }
 
 /// `recvmsg` on the socket, with its `SCM_TIMESTAMPNS` control message.
 #[cfg(target_os = "linux")]
-fn recv_stamped(stream: &TcpStream, buffer: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
+fn recv_stamped(
+    socket: &std::net::TcpStream,
+    buffer: &mut [u8],
+) -> io::Result<(usize, Option<SystemTime>)> {
     use std::os::fd::AsRawFd;
     // Room for one control message of a timespec, aligned as cmsghdr wants it.
     let mut control = [0u64; 8];
@@ -686,8 +753,8 @@ fn recv_stamped(stream: &TcpStream, buffer: &mut [u8]) -> io::Result<(usize, Opt
     message.msg_iovlen = 1;
     message.msg_control = control.as_mut_ptr().cast();
     message.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: the fd is the stream's, the buffers outlive the call.
-    let size = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut message, libc::MSG_DONTWAIT) };
+    // SAFETY: the fd is the socket's, the buffers outlive the call.
+    let size = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_DONTWAIT) };
     if size < 0 {
         return Err(io::Error::last_os_error());
     }
