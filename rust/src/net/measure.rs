@@ -38,6 +38,13 @@ use super::tokens::TokenCounter;
 
 /// Bytes asked of one read (as the asyncio engine's `recvmsg`).
 const READ_SIZE: usize = 256 * 1024;
+
+thread_local! {
+    /// The buffer of every read on this thread: a read's bytes are taken (parsed and counted)
+    /// before the next read, with no await between, so one serves all the connections (one per
+    /// request would be a large allocation, and fresh pages to clear, for each).
+    static READ_BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; READ_SIZE]);
+}
 /// The longest response head, chunk-size line or trailer line taken.
 const MAX_LINE: usize = 64 * 1024;
 /// How much of an error reply's body its failure reason quotes.
@@ -417,33 +424,46 @@ impl Exchange {
                 Failure::Reason(python_error(&e))
             });
         }
-        let mut buffer = vec![0u8; READ_SIZE];
         loop {
-            let read = stream.read(&mut buffer, kernel).await;
-            let (size, at) = match read {
-                Ok((0, _)) | Err(_) if self.sample.bytes == 0 && self.parser.is_fresh() => {
+            let read = stream
+                .read(kernel, |data, stamp| self.arrived(data, stamp, &mut floor))
+                .await;
+            match read {
+                Ok(None) => {}
+                Ok(Some(done)) => return done,
+                Err(_) if self.sample.bytes == 0 && self.parser.is_fresh() => {
                     return Err(Failure::Stale)
                 }
-                Ok((size, stamp)) => (
-                    size,
-                    arrival(Instant::now(), SystemTime::now(), stamp, floor),
-                ),
                 Err(e) => return Err(Failure::Reason(self.lost(Some(&e)))),
-            };
-            if size == 0 {
-                if self.parser.close() {
-                    return self.ended().map(|_| Reuse::No).map_err(Failure::Reason);
-                }
-                return Err(Failure::Reason(self.lost(None)));
             }
-            floor = at;
-            self.last_read = Some(at);
-            self.sample.bytes += size as u64;
-            match self.take(&buffer[..size], at) {
-                Ok(Some(reuse)) => return Ok(reuse),
-                Ok(None) => {}
-                Err(reason) => return Err(Failure::Reason(reason)),
+        }
+    }
+
+    /// One read: its bytes (none: the connection's end) and kernel stamp. `Some` once the
+    /// exchange is over.
+    fn arrived(
+        &mut self,
+        data: &[u8],
+        stamp: Option<SystemTime>,
+        floor: &mut Instant,
+    ) -> Option<Result<Reuse, Failure>> {
+        if data.is_empty() {
+            if self.sample.bytes == 0 && self.parser.is_fresh() {
+                return Some(Err(Failure::Stale));
             }
+            if self.parser.close() {
+                return Some(self.ended().map(|_| Reuse::No).map_err(Failure::Reason));
+            }
+            return Some(Err(Failure::Reason(self.lost(None))));
+        }
+        let at = arrival(Instant::now(), SystemTime::now(), stamp, *floor);
+        *floor = at;
+        self.last_read = Some(at);
+        self.sample.bytes += data.len() as u64;
+        match self.take(data, at) {
+            Ok(Some(reuse)) => Some(Ok(reuse)),
+            Ok(None) => None,
+            Err(reason) => Some(Err(Failure::Reason(reason))),
         }
     }
 
@@ -664,22 +684,28 @@ impl Conn {
         Ok(())
     }
 
-    /// One read: its size and, with kernel timestamps, the wall-clock time its last byte arrived.
-    async fn read(
+    /// One read, handed to `take` with (kernel timestamps) the wall-clock time its last byte
+    /// arrived, in the thread's read buffer.
+    async fn read<R>(
         &self,
-        buffer: &mut [u8],
         kernel: bool,
-    ) -> io::Result<(usize, Option<SystemTime>)> {
+        mut take: impl FnMut(&[u8], Option<SystemTime>) -> R,
+    ) -> io::Result<R> {
         loop {
             let mut guard = self.0.readable().await?;
-            let read = guard.try_io(|socket| recv(socket.get_ref(), buffer, kernel));
+            let read = READ_BUFFER.with_borrow_mut(|buffer| {
+                let read = guard.try_io(|socket| recv(socket.get_ref(), buffer, kernel));
+                read.map(|read| {
+                    read.map(|(size, stamp)| (size < buffer.len(), take(&buffer[..size], stamp)))
+                })
+            });
             if let Ok(read) = read {
-                if let Ok((size, _)) = read {
-                    if size > 0 && size < buffer.len() {
+                return read.map(|(short, taken)| {
+                    if short {
                         guard.clear_ready();
                     }
-                }
-                return read;
+                    taken
+                });
             }
         }
     }
@@ -721,16 +747,21 @@ impl Conn {
         Ok(())
     }
 
-    async fn read(
+    async fn read<R>(
         &self,
-        buffer: &mut [u8],
         _kernel: bool,
-    ) -> io::Result<(usize, Option<SystemTime>)> {
+        mut take: impl FnMut(&[u8], Option<SystemTime>) -> R,
+    ) -> io::Result<R> {
         let stream = &self.0;
         stream
-            .async_io(Interest::READABLE, || stream.try_read(buffer))
+            .async_io(Interest::READABLE, || {
+                READ_BUFFER.with_borrow_mut(|buffer| {
+                    stream
+                        .try_read(buffer)
+                        .map(|size| take(&buffer[..size], None))
+                })
+            })
             .await
-            .map(|size| (size, None))
     }
 }
 
