@@ -784,3 +784,48 @@ def test_the_native_engine_is_refused_where_it_cannot_run(tmp_path):
     if m.native_available():
         with pytest.raises(ValueError, match="plain http:// only"):
             m.measure_native("https://127.0.0.1:9/v1/chat/completions", [m.request_body("chat", "x")], protocol="chat")
+
+
+def test_the_native_engine_keeps_connections_alive_and_retries_one_closed_while_idle():
+    """One slot, five requests: one connection carries them all. A server that closes each
+    connection after its response without saying so (no ``connection: close``): the next request
+    finds the pooled connection gone before any reply, and goes again on a new one."""
+    if not m.native_available():
+        pytest.skip("the native engine needs the Rust backend (this run is on the pure Python one)")
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(event)) + event
+
+    def serve(close_after_reply):
+        connections = []
+
+        async def handle(reader, writer):
+            connections.append(writer)
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                      if line.lower().startswith(b"content-length")))
+                    await reader.readexactly(length)
+                    writer.write(reply)
+                    await writer.drain()
+                    if close_after_reply:
+                        break
+            except asyncio.IncompleteReadError:
+                pass
+            writer.close()
+
+        async def main():
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            async with server:
+                run = await m.measure(f"http://127.0.0.1:{port}/v1/chat/completions", [m.request_body("chat", "x")],
+                                      protocol="chat", num_prompts=5, max_concurrency=1, engine="native")
+            return run, len(connections)
+
+        return run_async(main())
+
+    kept, connections = serve(close_after_reply=False)
+    assert all(r.ok for r in kept.results) and connections == 1
+    closed, connections = serve(close_after_reply=True)
+    assert all(r.ok for r in closed.results), [r.error for r in closed.results]
+    assert connections == 5
