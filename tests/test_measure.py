@@ -772,18 +772,56 @@ def test_saturation_thresholds():
     assert bunched["client_saturated"] is True and "30 of its 2000 token reads" in m.saturation_warning(bunched)
 
 
-def test_the_native_engine_is_refused_where_it_cannot_run(tmp_path):
-    """On the pure backend ``--engine native`` is a clear error; with https the native engine
-    refuses (the default there is asyncio)."""
+def test_the_native_engine_is_refused_on_the_pure_backend():
     import os
 
     pure = subprocess.run([sys.executable, "-m", "rapidsse", "measure", "--url", "http://127.0.0.1:1/v1", "-n", "1",
                            "--engine", "native", "--no-progress"], capture_output=True, text=True, timeout=TIMEOUT,
                           env={**os.environ, "RAPIDSSE_BACKEND": "python"})
     assert pure.returncode == 1 and "--engine native needs the Rust backend" in pure.stderr, pure.stderr
-    if m.native_available():
-        with pytest.raises(ValueError, match="plain http:// only"):
-            m.measure_native("https://127.0.0.1:9/v1/chat/completions", [m.request_body("chat", "x")], protocol="chat")
+
+
+def test_https_with_the_roots_of_ssl_cert_file(engine, tmp_path, monkeypatch):
+    """An https server whose certificate a private CA signed: trusted through ``SSL_CERT_FILE``
+    (Python's default TLS context reads it, and the native engine too), streams measured with read
+    timestamps; without it the certificate is refused."""
+    import ssl
+
+    from .test_gateway import private_ca
+
+    ca_pem, context = private_ca(tmp_path)
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    end = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    body = event * 3 + end
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                await reader.readexactly(length)
+                writer.write(reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        writer.close()
+
+    async def main(**options):
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await m.measure(f"https://127.0.0.1:{port}/v1/chat/completions", [m.request_body("chat", "x")],
+                                   protocol="chat", num_prompts=3, max_concurrency=1, engine=engine, **options)
+
+    untrusted = run_async(main(timeout=5))
+    assert not any(r.ok for r in untrusted.results), untrusted.results
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_pem))
+    run = run_async(main())
+    assert run.timestamps == "read" and all(r.ok and len(r.token_times) == 3 for r in run.results), run.results
+    with pytest.raises(ValueError, match="plain http"):
+        run_async(main(timestamps="kernel"))
 
 
 def test_the_native_engine_keeps_connections_alive_and_retries_one_closed_while_idle():

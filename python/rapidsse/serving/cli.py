@@ -71,9 +71,8 @@ def register_measure(subparsers: Any) -> None:
                         help="when a token counts as arrived: the kernel's receive timestamp (plain http on Linux), "
                              "or when the event loop read it; auto: kernel where it can (default: %(default)s)")
     parser.add_argument("--engine", choices=ENGINES, default=None,
-                        help="the client: native (Rust: tokio, pooled connections; the default on the Rust backend "
-                             "for http:// URLs) or asyncio (Python; the default on the pure backend, for https:// "
-                             "and with --ray)")
+                        help="the client: native (Rust: tokio, pooled connections; the default on the Rust backend) "
+                             "or asyncio (Python; the default on the pure backend, and with --ray)")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                         help="event loop of the asyncio engine (default: uvloop when installed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -128,8 +127,8 @@ def _bodies(args: argparse.Namespace, protocol: str) -> list[dict[str, Any]]:
     return [request_body(protocol, p, model=args.model, max_tokens=args.output_len) for p in prompts]
 
 
-def _engine(asked: str | None, url: str, ray: bool) -> str:
-    """``--engine``: as asked, else native where it runs (the Rust backend, plain http://, no Ray)."""
+def _engine(asked: str | None, ray: bool) -> str:
+    """``--engine``: as asked, else native where it runs (the Rust backend, no Ray)."""
     if asked == "native":
         if not native_available():
             raise ValueError("--engine native needs the Rust backend (this is the pure Python one): "
@@ -137,7 +136,7 @@ def _engine(asked: str | None, url: str, ray: bool) -> str:
         if ray:
             raise ValueError("--engine native does not run in Ray actors yet: use --engine asyncio with --ray")
         return asked
-    if asked is None and native_available() and not ray and not url.lower().startswith("https:"):
+    if asked is None and native_available() and not ray:
         return "native"
     return "asyncio"
 
@@ -147,7 +146,7 @@ def run_measure(args: argparse.Namespace) -> int:
     request succeeded; 1: one failed, a bad option, or a missing dependency; 130: stopped by
     Ctrl-C, with the report of what was measured)."""
     try:
-        engine = _engine(args.engine, args.url, args.ray is not None)
+        engine = _engine(args.engine, args.ray is not None)
     except ValueError as exc:
         print(f"rapidsse measure: {exc}", file=sys.stderr)
         return 1

@@ -51,7 +51,7 @@ The client is made to stay out of its own measurements:
   flight. A request leaves no reference cycle behind, so nothing piles up meanwhile; what the
   driver does leave is collected when the run ends.
 
-``--engine native`` (the default on the Rust backend, for ``http://``) runs every request in Rust
+``--engine native`` (the default on the Rust backend) runs every request in Rust
 instead (:func:`measure_native`, ``rust/src/net/measure.rs``): tokio tasks on kept-alive pooled
 connections, the same kernel timestamps and token counts, the same :class:`RequestResult` s and
 report. Both engines report whether the client kept up (``multi_token_reads``, ``client_cpu_share``,
@@ -72,6 +72,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import platform
 import random
 import socket
@@ -1195,7 +1196,8 @@ def default_engine() -> str:
 def native_engine(url: str, protocol: str, headers: dict[str, str] | None, timestamps: str,
                   bodies: Sequence[dict[str, Any]], timeout: float) -> tuple[Any, str]:
     """The Rust client of one process for ``url`` (``MeasureEngine``) and when its tokens count as
-    arrived (``"kernel"`` or ``"read"``, see :func:`measure`). Plain ``http://`` only."""
+    arrived (``"kernel"`` or ``"read"``, see :func:`measure`). ``https://`` trusts the Mozilla
+    roots and, as Python's default TLS context does, the certificates of ``SSL_CERT_FILE``."""
     engine_class = _engine_class()
     if engine_class is None:
         raise ValueError("the native engine needs the Rust backend (this is the pure Python one): "
@@ -1205,13 +1207,19 @@ def native_engine(url: str, protocol: str, headers: dict[str, str] | None, times
     all_headers = {"anthropic-version": ANTHROPIC_VERSION} if protocol == "anthropic" else {}
     all_headers.update(headers or {})
     target = _target(url, all_headers, keep_alive=True)
-    if target.tls is not None:
-        raise ValueError("the native engine speaks plain http:// only: use the asyncio engine for https")
-    kernel = timestamps != "read" and engine_class.kernel_timestamps() and kernel_timestamps()
+    tls = target.tls is not None
+    if tls and timestamps == "kernel":
+        raise ValueError("kernel timestamps are for plain http:// (TLS decrypts after the kernel)")
+    kernel = not tls and timestamps != "read" and engine_class.kernel_timestamps() and kernel_timestamps()
     if timestamps == "kernel" and not kernel:
         raise ValueError("this machine gives no kernel receive timestamps (Linux on x86-64 or arm64 does)")
-    engine = engine_class(target.host, target.port, target.head, protocol, [msgspec.json.encode(b) for b in bodies],
-                          timeout, kernel, f"timeout after {timeout:g} s", INTERRUPTED)
+    ca_file = os.environ.get("SSL_CERT_FILE") if tls else None
+    try:
+        engine = engine_class(target.host, target.port, target.head, protocol,
+                              [msgspec.json.encode(b) for b in bodies], timeout, kernel, f"timeout after {timeout:g} s",
+                              INTERRUPTED, tls=tls, tls_ca=Path(ca_file).read_bytes() if ca_file else None)
+    except ValueError as exc:  # (the roots: its wording names the gateway's upstream CA file)
+        raise ValueError(f"SSL_CERT_FILE {ca_file}: {str(exc).replace('the upstream CA file ', '')}") from None
     return engine, "kernel" if kernel else "read"
 
 

@@ -3,11 +3,13 @@
 //! the GIL released while it waits. `rapidsse.serving.measure` turns the samples into its
 //! `RequestResult`s.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::net::client::tls_config;
 use crate::net::measure::{Client, Message, Slots, Target, Texts};
 use crate::net::Protocol;
 
@@ -49,9 +51,10 @@ fn protocol(name: &str) -> PyResult<Protocol> {
 impl MeasureEngine {
     /// A client of `host:port` (resolved here) sending `head` (request line and headers, up to
     /// content-length) and body `i % len(bodies)` for request `i`; `texts` are the failure
-    /// reasons of a timeout and of a stop.
+    /// reasons of a timeout and of a stop. `tls`: https, trusting the Mozilla roots and the
+    /// certificates of the PEM `tls_ca` (if given).
     #[new]
-    #[pyo3(signature = (host, port, head, protocol_name, bodies, timeout, kernel_timestamps, timeout_text, interrupted_text))]
+    #[pyo3(signature = (host, port, head, protocol_name, bodies, timeout, kernel_timestamps, timeout_text, interrupted_text, tls=false, tls_ca=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -64,13 +67,22 @@ impl MeasureEngine {
         kernel_timestamps: bool,
         timeout_text: String,
         interrupted_text: String,
+        tls: bool,
+        tls_ca: Option<Vec<u8>>,
     ) -> PyResult<Self> {
+        let tls = match tls {
+            true => Some(Arc::new(
+                tls_config(tls_ca.as_deref()).map_err(PyValueError::new_err)?,
+            )),
+            false => None,
+        };
         let target = Target {
             host,
             port,
             head,
             protocol: protocol(protocol_name)?,
-            kernel_timestamps,
+            kernel_timestamps: kernel_timestamps && tls.is_none(),
+            tls,
         };
         let texts = Texts {
             timeout: timeout_text,

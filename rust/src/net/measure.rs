@@ -6,10 +6,10 @@
 //! samples back as requests end ([`Client::next`]); `rapidsse.serving.measure` builds its
 //! `RequestResult`s from them, so the report is the asyncio engine's.
 //!
-//! - Connections: HTTP/1.1, plain TCP, pooled. A request takes an idle connection when there is
-//!   one and gives it back once its response ended cleanly (framed by length or chunks, no
-//!   `connection: close`, nothing more sent); one that a server closed while idle is retried once
-//!   on a new connection, if nothing of the response had come.
+//! - Connections: HTTP/1.1 over TCP or TLS (rustls), pooled. A request takes an idle connection
+//!   when there is one and gives it back once its response ended cleanly (framed by length or
+//!   chunks, no `connection: close`, nothing more sent); one that a server closed while idle is
+//!   retried once on a new connection, if nothing of the response had come.
 //! - Timestamps: on Linux a read is stamped with the kernel's receive time of its last byte
 //!   (`SO_TIMESTAMPNS`, read with `recvmsg` through tokio's readiness API), so that a client late
 //!   to a read (other streams, a busy core) delays the read, not the measurement. The kernel
@@ -57,8 +57,10 @@ pub struct Target {
     /// The request line and headers, each line ending in CRLF, up to (not with) `content-length`.
     pub head: Vec<u8>,
     pub protocol: Protocol,
-    /// Kernel receive timestamps (Linux; elsewhere every read counts when it is read).
+    /// Kernel receive timestamps (Linux, plain TCP; elsewhere every read counts when it is read).
     pub kernel_timestamps: bool,
+    /// TLS (`https`), with the roots its certificate may chain to.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// The failure reasons the caller words (so that both engines say the same).
@@ -384,12 +386,12 @@ impl Exchange {
         loop {
             let pooled = shared.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
             let reused = pooled.is_some();
-            let stream = match pooled {
+            let mut stream = match pooled {
                 Some(stream) => stream,
                 None => connect(shared).await.map_err(|e| python_error(&e))?,
             };
             match self
-                .on(&stream, &request, shared.target.kernel_timestamps)
+                .on(&mut stream, &request, shared.target.kernel_timestamps)
                 .await
             {
                 Ok(Reuse::Yes) => {
@@ -415,7 +417,12 @@ impl Exchange {
     }
 
     /// The request written on `stream`, its response read to its end (or to a failure).
-    async fn on(&mut self, stream: &Conn, request: &[u8], kernel: bool) -> Result<Reuse, Failure> {
+    async fn on(
+        &mut self,
+        stream: &mut Conn,
+        request: &[u8],
+        kernel: bool,
+    ) -> Result<Reuse, Failure> {
         let mut floor = Instant::now(); // no answer arrives before its request is written
         if let Err(e) = stream.write_all(request).await {
             return Err(if self.sample.bytes == 0 {
@@ -601,17 +608,24 @@ enum Failure {
 }
 
 /// A new connection to the target: its addresses tried in turn (`localhost` may name `::1` first
-/// and be served on `127.0.0.1` only), with kernel receive timestamps on when asked.
+/// and be served on `127.0.0.1` only), with TLS or kernel receive timestamps when asked.
 async fn connect(shared: &Shared) -> io::Result<Conn> {
     let mut error = None;
     for address in &shared.addresses {
         match TcpStream::connect(address).await {
             Ok(stream) => {
                 stream.set_nodelay(true)?;
+                if let Some(tls) = &shared.target.tls {
+                    let name = rustls_pki_types::ServerName::try_from(shared.target.host.clone())
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                    let connector = tokio_rustls::TlsConnector::from(tls.clone());
+                    let stream = connector.connect(name, stream).await?;
+                    return Ok(Conn::Tls(Box::new((stream, vec![0; TLS_READ_SIZE]))));
+                }
                 if shared.target.kernel_timestamps {
                     stamps_on(&stream)?;
                 }
-                return Conn::new(stream);
+                return Socket::new(stream).map(Conn::Plain);
             }
             Err(e) => error = Some(e),
         }
@@ -627,7 +641,7 @@ async fn connect(shared: &Shared) -> io::Result<Conn> {
     }))
 }
 
-/// Whether this machine gives kernel receive timestamps to [`Conn::read`].
+/// Whether this machine gives kernel receive timestamps to [`Socket::read`].
 pub const KERNEL_TIMESTAMPS: bool = cfg!(target_os = "linux");
 
 #[cfg(target_os = "linux")]
@@ -656,20 +670,65 @@ fn stamps_on(_stream: &TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-/// A connection, read one `recv` per arrival. On Unix the socket is tokio's [`AsyncFd`]: a read
+/// A connection: plain TCP, or TLS (rustls; read times only: the kernel's stamps are of the
+/// records, before they are decrypted).
+enum Conn {
+    Plain(Socket),
+    /// The TLS stream and its read buffer (a read of it may wait, so the thread's is not used).
+    Tls(Box<(tokio_rustls::client::TlsStream<TcpStream>, Vec<u8>)>),
+}
+
+/// The read buffer of a TLS connection: TLS records are at most 16 KiB of plaintext.
+const TLS_READ_SIZE: usize = 64 * 1024;
+
+impl Conn {
+    /// All of `data` written.
+    async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Conn::Plain(socket) => socket.write_all(data).await,
+            Conn::Tls(tls) => {
+                use tokio::io::AsyncWriteExt;
+                tls.0.write_all(data).await?;
+                tls.0.flush().await
+            }
+        }
+    }
+
+    /// One read, handed to `take` (see [`Socket::read`]).
+    async fn read<R>(
+        &mut self,
+        kernel: bool,
+        mut take: impl FnMut(&[u8], Option<SystemTime>) -> R,
+    ) -> io::Result<R> {
+        match self {
+            Conn::Plain(socket) => socket.read(kernel, take).await,
+            Conn::Tls(tls) => {
+                use tokio::io::AsyncReadExt;
+                let (stream, buffer) = &mut **tls;
+                let size = stream.read(buffer).await?;
+                Ok(take(&buffer[..size], None))
+            }
+        }
+    }
+}
+
+/// A plain connection, read one `recv` per arrival. On Unix the socket is tokio's [`AsyncFd`]: a read
 /// shorter than the buffer emptied the socket's receive queue, so its readiness is cleared then
 /// and there, not found out by one more `recv` failing with `EAGAIN` (which tokio's `TcpStream`
 /// needs, a second system call per read). Data that arrives meanwhile is a new edge, which tokio
 /// tells from the one the guard holds, so none is missed.
 #[cfg(unix)]
-struct Conn(tokio::io::unix::AsyncFd<std::net::TcpStream>);
+struct Socket(tokio::io::unix::AsyncFd<std::net::TcpStream>);
 
 #[cfg(unix)]
-impl Conn {
-    fn new(stream: TcpStream) -> io::Result<Conn> {
-        let socket = stream.into_std()?; // (non-blocking, as tokio left it)
-                                         // SAFETY: the socket owns its fd, and nothing replaces or closes it while registered.
-        Ok(Conn(unsafe { tokio::io::unix::AsyncFd::register(socket) }?))
+impl Socket {
+    fn new(stream: TcpStream) -> io::Result<Socket> {
+        // (Non-blocking, as tokio left it.)
+        let socket = stream.into_std()?;
+        // SAFETY: the socket owns its fd, and nothing replaces or closes it while registered.
+        Ok(Socket(unsafe {
+            tokio::io::unix::AsyncFd::register(socket)
+        }?))
     }
 
     /// All of `data` written.
@@ -728,12 +787,12 @@ fn recv(
 
 /// A connection elsewhere: tokio's `TcpStream`, read times only.
 #[cfg(not(unix))]
-struct Conn(TcpStream);
+struct Socket(TcpStream);
 
 #[cfg(not(unix))]
-impl Conn {
-    fn new(stream: TcpStream) -> io::Result<Conn> {
-        Ok(Conn(stream))
+impl Socket {
+    fn new(stream: TcpStream) -> io::Result<Socket> {
+        Ok(Socket(stream))
     }
 
     async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
