@@ -72,7 +72,7 @@ def register_measure(subparsers: Any) -> None:
                              "or when the event loop read it; auto: kernel where it can (default: %(default)s)")
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="the client: native (Rust: tokio, pooled connections; the default on the Rust backend) "
-                             "or asyncio (Python; the default on the pure backend, and with --ray)")
+                             "or asyncio (Python; the default on the pure backend)")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                         help="event loop of the asyncio engine (default: uvloop when installed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -127,18 +127,11 @@ def _bodies(args: argparse.Namespace, protocol: str) -> list[dict[str, Any]]:
     return [request_body(protocol, p, model=args.model, max_tokens=args.output_len) for p in prompts]
 
 
-def _engine(asked: str | None, ray: bool) -> str:
-    """``--engine``: as asked, else native where it runs (the Rust backend, no Ray)."""
-    if asked == "native":
-        if not native_available():
-            raise ValueError("--engine native needs the Rust backend (this is the pure Python one): "
-                             "use --engine asyncio")
-        if ray:
-            raise ValueError("--engine native does not run in Ray actors yet: use --engine asyncio with --ray")
-        return asked
-    if asked is None and native_available() and not ray:
-        return "native"
-    return "asyncio"
+def _engine(asked: str | None) -> str:
+    """``--engine``: as asked, else native where it runs (the Rust backend)."""
+    if asked == "native" and not native_available():
+        raise ValueError("--engine native needs the Rust backend (this is the pure Python one): use --engine asyncio")
+    return asked or ("native" if native_available() else "asyncio")
 
 
 def run_measure(args: argparse.Namespace) -> int:
@@ -146,7 +139,7 @@ def run_measure(args: argparse.Namespace) -> int:
     request succeeded; 1: one failed, a bad option, or a missing dependency; 130: stopped by
     Ctrl-C, with the report of what was measured)."""
     try:
-        engine = _engine(args.engine, args.ray is not None)
+        engine = _engine(args.engine)
     except ValueError as exc:
         print(f"rapidsse measure: {exc}", file=sys.stderr)
         return 1
@@ -186,7 +179,7 @@ def run_measure(args: argparse.Namespace) -> int:
         if args.ray is not None:
             from .workers import measure_ray
 
-            result = measure_ray(url, bodies, workers, address=args.ray, loop=args.loop, **options)
+            result = measure_ray(url, bodies, workers, address=args.ray, loop=args.loop, engine=engine, **options)
         elif workers is not None and workers > 1:
             from .workers import measure_workers
 

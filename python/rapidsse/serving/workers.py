@@ -664,34 +664,60 @@ def _ray_classes() -> tuple[Any, Any]:
 
         def _main(self) -> None:
             try:
-                m.run_loop(self._run(), self.job.loop)
+                if self.job.engine == "native":
+                    self._run_native()
+                else:
+                    m.run_loop(self._run(), self.job.loop)
             except Exception as exc:  # reported to the parent by prepare() / finish()
                 self.error = f"{type(exc).__name__}: {exc}"
                 self.ready.set()
+
+        def _started(self) -> float:
+            self.ready.set()
+            self.go.wait()
+            # the start, told on the wall clock, on this node's monotonic clock: skew between
+            # machines shifts a share of the schedule, never a latency (each timed here)
+            return time.perf_counter() + (self.at - time.time())
+
+        def _ended(self, result: m.RequestResult) -> None:
+            with self.lock:
+                self.results.append(result)
+
+        def _over(self, run: m.Run) -> None:
+            self.cpu = time.process_time() - self.cpu
+            self.run_cpu = run.client_cpu
+            self.duration = run.duration
 
         async def _run(self) -> None:
             job = self.job
             target = await m.prepared_target(job.url, job.protocol, job.headers, job.timestamps)
             self.kind = "kernel" if target.addresses else "read"
             slots = _RaySlotsClient(self.slots, job.number) if self.slots is not None else None
+            warmup_slots = m.LocalSlots(job.warmup_cap) if job.warmup_cap else None
+            self._over(await m.drive(target, job.protocol, job.bodies, job.plan, slots=slots, warmup=job.warmup,
+                                     warmup_slots=warmup_slots, timeout=job.timeout, on_result=self._ended,
+                                     started=self._started))
 
-            def started() -> float:
-                self.ready.set()
-                self.go.wait()
-                # the start, told on the wall clock, on this node's monotonic clock: skew between
-                # machines shifts a share of the schedule, never a latency (each timed here)
-                return time.perf_counter() + (self.at - time.time())
+        def _run_native(self) -> None:
+            """The native engine in this thread: a due request's slot is asked of the slot actor
+            and granted when the call returns; its result gives it back."""
+            job, slots = self.job, self.slots
+            engine, self.kind = m.native_engine(job.url, job.protocol, job.headers, job.timestamps, job.bodies,
+                                                job.timeout)
+
+            def wants(indexes: list[int]) -> None:
+                for index in indexes:
+                    slots.acquire.remote(job.number, index).future().add_done_callback(
+                        lambda _done, index=index: engine.grant(index))
 
             def ended(result: m.RequestResult) -> None:
-                with self.lock:
-                    self.results.append(result)
+                if slots is not None:
+                    slots.release.remote(result.index)
+                self._ended(result)
 
-            warmup_slots = m.LocalSlots(job.warmup_cap) if job.warmup_cap else None
-            run = await m.drive(target, job.protocol, job.bodies, job.plan, slots=slots, warmup=job.warmup,
-                                warmup_slots=warmup_slots, timeout=job.timeout, on_result=ended, started=started)
-            self.cpu = time.process_time() - self.cpu
-            self.run_cpu = run.client_cpu
-            self.duration = run.duration
+            self._over(m.drive_native(engine, self.kind, job.plan, slots="external" if slots is not None else None,
+                                      warmup=job.warmup, warmup_cap=job.warmup_cap, on_result=ended,
+                                      started=self._started, on_want=wants))
 
         def prepare(self) -> str:
             """Returns when this worker is warmed up and waits at the start (Ray's barrier)."""
@@ -753,7 +779,7 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                 seed: int | None = None, headers: dict[str, str] | None = None, timeout: float = 600.0,
                 on_result: Callable[[m.RequestResult], None] | None = None, timestamps: str = "auto",
                 loop: str = "auto", poll: float = 0.2, name: str | None = None,
-                start_timeout: float = 120.0) -> m.Run:
+                start_timeout: float = 120.0, engine: str = "asyncio") -> m.Run:
     """:func:`measure_workers` with Ray actors across a cluster's nodes instead of local processes:
     ``workers`` in total (``None``: one per CPU of the cluster), placed round-robin on the live
     nodes. Connects to the cluster at ``address`` (``ray.init(address)``; none: the one Ray finds,
@@ -762,7 +788,8 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
     actor warmed up and waiting (``ray.get`` of all ``prepare`` calls), then all told to start at
     one wall-clock time :data:`RAY_START_AHEAD` ahead (skew shifts an actor's share of the
     schedule, not its latencies). An actor that dies fails its unfinished requests. The actors are named
-    ``{name}-{number}`` (``name``: ``rapidsse-measure-<pid>``) and killed at the end."""
+    ``{name}-{number}`` (``name``: ``rapidsse-measure-<pid>``) and killed at the end. ``engine``: each
+    actor's client, as in :func:`measure_workers`."""
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -772,7 +799,7 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
     nodes = ray_workers(workers)
     jobs = _jobs(url, bodies, len(nodes), protocol=protocol, num_prompts=num_prompts, request_rate=request_rate,
                  burstiness=burstiness, max_concurrency=max_concurrency, warmup=warmup, seed=seed, headers=headers,
-                 timeout=timeout, timestamps=timestamps, loop=loop)
+                 timeout=timeout, timestamps=timestamps, loop=loop, engine=engine)
     slots_class, worker_class = _ray_classes()
     name = name or f"rapidsse-measure-{os.getpid()}"
     priority = ray_actor_options()
