@@ -149,3 +149,14 @@ def wires(obj: Any) -> list[tuple[str, str, Any]]:
 
     walk(obj, "$")
     return out
+
+
+@pytest.fixture(params=["native", "asyncio"])
+def engine(request):
+    """The client engine of ``rapidsse measure``: each test that takes it runs on both (native only
+    on the Rust backend)."""
+    from rapidsse.serving import measure
+
+    if request.param == "native" and not measure.native_available():
+        pytest.skip("the native engine needs the Rust backend (this run is on the pure Python one)")
+    return request.param

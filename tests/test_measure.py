@@ -199,7 +199,8 @@ def test_saved_result_uses_vllms_key_names():
     report = m.summarize(Run([result(0.1, [0.1, 0.2], 0.3)], 1.0), percentiles=[50, 99.9], goodput={"ttft": 1})
     expected = {"completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
                 "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
-                "max_concurrent_requests", "failure_reasons", "timestamps"}
+                "max_concurrent_requests", "failure_reasons", "timestamps", "token_reads", "multi_token_reads",
+                "client_cpu_share", "client_saturated"}
     for name in ("ttft", "tpot", "itl", "e2el", "client_queue_time"):
         expected |= {f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", f"p50_{name}_ms",
                      f"p99.9_{name}_ms"}
@@ -281,10 +282,10 @@ def synthetic():
 
 
 @pytest.mark.parametrize("protocol", m.PROTOCOLS)
-def test_every_protocol_against_the_synthetic_server(synthetic, protocol):
+def test_every_protocol_against_the_synthetic_server(synthetic, protocol, engine):
     url = m.endpoint_url(synthetic.url, protocol, "some-model")
     bodies = [m.request_body(protocol, p, model="some-model") for p in m.generated_prompts(3, 5, seed=1)]
-    run = run_async(m.measure(url, bodies, protocol=protocol, num_prompts=6, max_concurrency=3))
+    run = run_async(m.measure(url, bodies, protocol=protocol, num_prompts=6, max_concurrency=3, engine=engine))
     report = m.summarize(run)
     assert report["failure_reasons"] == {} and report["completed"] == 6
     assert all(len(r.token_times) == 12 and r.output_tokens == 12 for r in run.results)
@@ -293,19 +294,20 @@ def test_every_protocol_against_the_synthetic_server(synthetic, protocol):
     assert report["max_concurrent_requests"] <= 3
 
 
-def test_output_len_caps_the_synthetic_stream(synthetic):
+def test_output_len_caps_the_synthetic_stream(synthetic, engine):
     url = m.endpoint_url(synthetic.url, "chat")
-    run = run_async(m.measure(url, [m.request_body("chat", "hi", max_tokens=4)], protocol="chat", num_prompts=2))
+    run = run_async(m.measure(url, [m.request_body("chat", "hi", max_tokens=4)], protocol="chat", num_prompts=2,
+                              engine=engine))
     assert [len(r.token_times) for r in run.results] == [4, 4] and all(r.ok for r in run.results)
 
 
-def test_waiting_for_a_slot_shows_in_ttft_and_e2el():
+def test_waiting_for_a_slot_shows_in_ttft_and_e2el(engine):
     """Three requests due at once, one slot: the third waits for two whole streams, and its TTFT
     and E2EL count that wait (vLLM would count from the moment it was sent)."""
     with SyntheticServer(tokens=5, rate=100, ttft=0.05) as server:  # a stream lasts 90 ms
         url = m.endpoint_url(server.url, "completions")
         run = run_async(m.measure(url, [m.request_body("completions", "x")], protocol="completions",
-                                  num_prompts=3, max_concurrency=1))
+                                  num_prompts=3, max_concurrency=1, engine=engine))
     first, second, third = run.results
     assert all(r.ok for r in run.results)
     assert 0.05 <= first.ttft < 0.2 and first.queued < 0.1  # (upper bounds loose: a busy machine)
@@ -315,22 +317,22 @@ def test_waiting_for_a_slot_shows_in_ttft_and_e2el():
     assert m.summarize(run)["max_concurrent_requests"] == 1
 
 
-def test_open_loop_arrivals_are_followed():
+def test_open_loop_arrivals_are_followed(engine):
     with SyntheticServer(tokens=2, rate=1000, ttft=0.0) as server:
         url = m.endpoint_url(server.url, "chat")
         run = run_async(m.measure(url, [m.request_body("chat", "x")], protocol="chat", num_prompts=10,
-                                  request_rate=50, seed=5))
+                                  request_rate=50, seed=5, engine=engine))
     expected = m.arrival_times(10, 50, seed=5)
     assert [r.due for r in run.results] == expected
     assert run.duration >= expected[-1] and all(r.ok for r in run.results)
 
 
-def test_warmup_requests_are_not_counted():
+def test_warmup_requests_are_not_counted(engine):
     seen = []
     with SyntheticServer(tokens=2, rate=1000, ttft=0.0) as server:
         url = m.endpoint_url(server.url, "responses")
         run = run_async(m.measure(url, [m.request_body("responses", "x")], protocol="responses", num_prompts=3,
-                                  warmup=4, on_result=seen.append))
+                                  warmup=4, on_result=seen.append, engine=engine))
     assert len(run.results) == 3 and len(seen) == 3 and all(r.ok for r in run.results)
 
 
@@ -382,12 +384,13 @@ def _failing_app():
     ])
 
 
-def test_failure_reasons():
+def test_failure_reasons(engine):
     bodies = [m.request_body("chat", "x")]
     with BackgroundServer(_failing_app()) as server:
         def reasons(prefix, protocol="chat", n=2):
             url = m.endpoint_url(server.url + prefix, protocol)
-            run = run_async(m.measure(url, [m.request_body(protocol, "x")], protocol=protocol, num_prompts=n))
+            run = run_async(m.measure(url, [m.request_body(protocol, "x")], protocol=protocol, num_prompts=n,
+                                      engine=engine))
             assert all(not r.ok for r in run.results)
             return m.summarize(run)["failure_reasons"], run.results
 
@@ -402,11 +405,11 @@ def test_failure_reasons():
         assert reasons("/anthropic/v1", "anthropic")[0] == {"error event: Overloaded": 2}
         assert reasons("/failed/v1", "responses")[0] == {"response.failed: it broke": 2}
         refused = m.endpoint_url("http://127.0.0.1:1", "chat")
-        run = run_async(m.measure(refused, bodies, protocol="chat", num_prompts=1))
+        run = run_async(m.measure(refused, bodies, protocol="chat", num_prompts=1, engine=engine))
         assert not run.results[0].ok and "ConnectionRefusedError" in run.results[0].error
 
 
-def test_a_connection_closed_mid_stream_is_cut_short():
+def test_a_connection_closed_mid_stream_is_cut_short(engine):
     """The server sends a chunk of a chunked body, then drops the connection."""
 
     async def handle(reader, writer):
@@ -422,16 +425,16 @@ def test_a_connection_closed_mid_stream_is_cut_short():
         port = server.sockets[0].getsockname()[1]
         async with server:
             return await m.measure(f"http://127.0.0.1:{port}/v1/chat/completions", [m.request_body("chat", "x")],
-                                   protocol="chat", num_prompts=1)
+                                   protocol="chat", num_prompts=1, engine=engine)
 
     one = run_async(main()).results[0]
     assert not one.ok and one.error.startswith("cut short:") and len(one.token_times) == 1
 
 
-def test_timeout_is_a_failure():
+def test_timeout_is_a_failure(engine):
     with SyntheticServer(tokens=3, rate=1, ttft=5) as server:
         run = run_async(m.measure(m.endpoint_url(server.url, "chat"), [m.request_body("chat", "x")], protocol="chat",
-                                  num_prompts=1, timeout=0.2))
+                                  num_prompts=1, timeout=0.2, engine=engine))
     assert run.results[0].error == "timeout after 0.2 s" and 0.2 <= run.results[0].latency < 2
 
 
@@ -568,29 +571,33 @@ def test_kernel_stamped_connections_try_every_address():
             assert not failed.ok and failed.error.startswith("ConnectionRefusedError")
 
 
-def test_timestamps_choice():
+def test_timestamps_choice(engine):
     with SyntheticServer(tokens=2, rate=100, ttft=0.01) as server:
         url = m.endpoint_url(server.url, "chat")
-        auto = run_async(m.measure(url, [m.request_body("chat", "x")], protocol="chat", num_prompts=1))
+        auto = run_async(m.measure(url, [m.request_body("chat", "x")], protocol="chat", num_prompts=1, engine=engine))
         assert auto.timestamps == ("kernel" if m.kernel_timestamps() else "read") and auto.results[0].ok
+        read = run_async(m.measure(url, [m.request_body("chat", "x")], protocol="chat", num_prompts=1,
+                                   timestamps="read", engine=engine))
+        assert read.timestamps == "read" and read.results[0].ok
         with pytest.raises(ValueError, match="timestamps must be one of"):
-            run_async(m.measure(url, [m.request_body("chat", "x")], protocol="chat", timestamps="wall"))
+            run_async(m.measure(url, [m.request_body("chat", "x")], protocol="chat", timestamps="wall", engine=engine))
     with pytest.raises(ValueError, match="plain http"):  # TLS: checked before anything is sent
         run_async(m.measure("https://127.0.0.1:9/v1/chat/completions", [m.request_body("chat", "x")],
-                            protocol="chat", timestamps="kernel"))
+                            protocol="chat", timestamps="kernel", engine=engine))
 
 
 # --- The command line ---------------------------------------------------------------------------------
 
 
-def test_command_line_saves_the_result(tmp_path):
+def test_command_line_saves_the_result(tmp_path, engine):
     saved = tmp_path / "result.json"
     with SyntheticServer(tokens=6, rate=500, ttft=0.01) as server:
         done = subprocess.run(
             [sys.executable, "-m", "rapidsse", "measure", "--url", server.url + "/v1", "--protocol", "anthropic",
              "-n", "8", "--request-rate", "200", "--burstiness", "2", "--max-concurrency", "4", "--input-len", "9",
              "--output-len", "5", "--warmup", "2", "--seed", "3", "--percentiles", "50,95",
-             "--goodput", "ttft:5000", "e2el:5000", "--save-result", str(saved), "--no-progress"],
+             "--goodput", "ttft:5000", "e2el:5000", "--save-result", str(saved), "--no-progress",
+             "--engine", engine],
             capture_output=True, text=True, timeout=TIMEOUT,
         )
     assert done.returncode == 0, done.stderr + done.stdout
@@ -601,11 +608,12 @@ def test_command_line_saves_the_result(tmp_path):
     assert result["request_rate"] == 200 and result["burstiness"] == 2 and result["max_concurrency"] == 4
     assert result["protocol"] == "anthropic" and result["url"].endswith("/v1/messages")
     assert {"p95_ttft_ms", "median_itl_ms", "std_e2el_ms", "mean_tpot_ms", "duration"} <= set(result)
+    assert result["engine"] == engine and result["token_reads"] >= 8 and 0 <= result["client_cpu_share"] < 1
 
 
-def test_command_line_exit_codes(tmp_path):
+def test_command_line_exit_codes(tmp_path, engine):
     def measure(*args):
-        return subprocess.run([sys.executable, "-m", "rapidsse", "measure", *args, "--no-progress"],
+        return subprocess.run([sys.executable, "-m", "rapidsse", "measure", *args, "--no-progress", "--engine", engine],
                               capture_output=True, text=True, timeout=TIMEOUT)
 
     failed = measure("--url", "http://127.0.0.1:1/v1", "-n", "1", "--save-result", "-")
@@ -614,3 +622,248 @@ def test_command_line_exit_codes(tmp_path):
                 ["--dataset", str(tmp_path / "missing.jsonl")], ["--url", "ftp://x"]):
         done = measure("--url", "http://127.0.0.1:1/v1", *bad) if bad[0] != "--url" else measure(*bad)
         assert done.returncode == 1 and "rapidsse measure:" in done.stderr, bad
+
+
+# --- Both engines: token counts, timestamps, saturation -------------------------------------------------
+
+
+def _corpus_app(files):
+    """Serves each recording at ``/{protocol}/{stem}`` + the protocol's route, in pieces of 97
+    bytes (one write each), as a stream."""
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    by_name = {f"{path.parent.name}/{path.stem}": path for path in files}
+
+    async def replay(request):
+        path = by_name[request.path_params["name"]]
+
+        async def body():
+            for piece in chunked(path.read_bytes(), 97):
+                yield piece
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/{name:path}/v1/{rest:path}", replay, methods=["POST"])])
+
+
+def _corpus_run(server, path, engine):
+    protocol = path.parent.name
+    url = m.endpoint_url(f"{server.url}/{protocol}/{path.stem}/v1", protocol, "m")
+    (one,) = run_async(m.measure(url, [m.request_body(protocol, "x", model="m")], protocol=protocol, num_prompts=1,
+                                 engine=engine)).results
+    return len(one.token_times), one.output_tokens, one.input_tokens, one.ok, one.error
+
+
+def test_token_counts_agree_across_engines_on_every_recording():
+    """The native engine counts tokens in Rust: on every recording of the corpus (Responses, Chat,
+    Anthropic, Gemini; it has no Completions streams) it finds the tokens, usage, end and errors
+    the asyncio engine's adapters find."""
+    if not m.native_available():
+        pytest.skip("the native engine needs the Rust backend (this run is on the pure Python one)")
+    files = [path for kind in ("responses", "chat", "anthropic", "gemini") for path in corpus_files(kind)]
+    with BackgroundServer(_corpus_app(files)) as server:
+        disagree, tokens = {}, 0
+        for path in files:
+            native, asyncio_ = _corpus_run(server, path, "native"), _corpus_run(server, path, "asyncio")
+            tokens += native[0]
+            if native != asyncio_:
+                disagree[path.name] = (native, asyncio_)
+    assert not disagree, disagree
+    assert len(files) > 80 and tokens > 1000, (len(files), tokens)
+
+
+def _paced_app(writes):
+    """A Chat stream whose events go out in groups, 60 ms apart: ``writes[i]`` events in write
+    ``i``. The moment before each write is kept (on ``time.perf_counter``'s clock) in ``sent``."""
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    sent = []
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    end = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+    async def paced(request):
+        async def body():
+            for count in writes:
+                await asyncio.sleep(0.06)
+                sent.append(time.perf_counter())
+                yield event * count
+            yield end
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", paced, methods=["POST"])]), sent
+
+
+def _run_from(engine, url, start):
+    """One Chat request to ``url`` due at ``start`` (:func:`time.perf_counter`), on ``engine``."""
+    bodies, plan = [m.request_body("chat", "x")], [(0, 0.0)]
+    if engine == "native":
+        handle, kind = m.native_engine(url, "chat", None, "auto", bodies, TIMEOUT)
+        return m.drive_native(handle, kind, plan, started=lambda: start)
+
+    async def main():
+        target = await m.prepared_target(url, "chat", None, "auto")
+        return await m.drive(target, "chat", bodies, plan, started=lambda: start)
+
+    return run_async(main())
+
+
+def test_a_tokens_time_is_never_before_its_bytes_were_sent(engine):
+    """Kernel timestamps (or read times) on one clock with the server's: each token counts as
+    arrived after the server wrote it, and soon after (the loopback's and the client's delay)."""
+    app, sent = _paced_app([1] * 6)
+    with BackgroundServer(app) as server:
+        start = time.perf_counter() + 0.05
+        run = _run_from(engine, server.url + "/v1/chat/completions", start)
+    (one,) = run.results
+    assert one.ok and len(one.token_times) == 6 == len(sent), (one, sent)
+    arrived = [start + t for t in one.token_times]
+    assert all(at >= written - 0.0005 for at, written in zip(arrived, sent)), list(zip(arrived, sent))
+    assert all(at - written < 0.05 for at, written in zip(arrived, sent)), list(zip(arrived, sent))
+    assert one.multi_token_reads == 0 and one.token_reads == 6
+
+
+def test_reads_of_several_tokens_are_counted_and_share_a_time(engine):
+    """A server that writes three tokens at once: one read holds them, they share its time, and
+    the report counts it."""
+    app, sent = _paced_app([1, 3, 1, 3])
+    with BackgroundServer(app) as server:
+        start = time.perf_counter() + 0.05
+        run = _run_from(engine, server.url + "/v1/chat/completions", start)
+    (one,) = run.results
+    assert one.ok and len(one.token_times) == 8
+    assert one.multi_token_reads == 2 and one.token_reads == 4
+    assert one.token_times[1] == one.token_times[2] == one.token_times[3] and one.itls.count(0.0) == 4
+    report = m.summarize(run)
+    assert report["multi_token_reads"] == 2 and report["token_reads"] == 4
+
+
+def test_a_light_run_is_not_saturated(engine):
+    """Tokens 50 ms apart, a few streams: the client keeps up (a read of two tokens needs it to be
+    50 ms late, and one or two such on a loaded machine are below the threshold)."""
+    with SyntheticServer(tokens=6, rate=20, ttft=0.01) as server:
+        run = run_async(m.measure(m.endpoint_url(server.url, "completions"), [m.request_body("completions", "x")],
+                                  protocol="completions", num_prompts=4, request_rate=20, seed=1, engine=engine))
+    report = m.summarize(run)
+    assert report["completed"] == 4 and report["total_output_tokens"] == 24
+    assert report["token_reads"] > 20 and report["multi_token_reads"] < 3
+    assert 0 < report["client_cpu_share"] < 0.5
+    assert report["client_saturated"] is False and m.saturation_warning(report) is None
+
+
+def test_saturation_thresholds():
+    def run(cpu, multi, reads, processes=1):
+        tokens = [RequestResult(ok=True, ttft=0.1, token_times=[0.1], latency=0.2, token_reads=reads,
+                                multi_token_reads=multi)]
+        return m.summarize(Run(tokens, 10.0, client_cpu=cpu, client_processes=processes))
+
+    assert run(8.9, 0, 100)["client_saturated"] is False
+    busy = run(9.5, 0, 100)
+    assert busy["client_saturated"] is True and busy["client_cpu_share"] == pytest.approx(0.95)
+    assert "95% of a core" in m.saturation_warning(busy)
+    assert run(9.5 * 2, 0, 100, processes=4)["client_saturated"] is False  # shared by the processes
+    assert run(0.1, 9, 100)["client_saturated"] is False  # (too few to tell)
+    assert run(0.1, 10, 2000)["client_saturated"] is False  # 0.5%
+    bunched = run(0.1, 30, 2000)
+    assert bunched["client_saturated"] is True and "30 of its 2000 token reads" in m.saturation_warning(bunched)
+
+
+def test_the_native_engine_is_refused_on_the_pure_backend():
+    import os
+
+    pure = subprocess.run([sys.executable, "-m", "rapidsse", "measure", "--url", "http://127.0.0.1:1/v1", "-n", "1",
+                           "--engine", "native", "--no-progress"], capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, "RAPIDSSE_BACKEND": "python"})
+    assert pure.returncode == 1 and "--engine native needs the Rust backend" in pure.stderr, pure.stderr
+
+
+def test_https_with_the_roots_of_ssl_cert_file(engine, tmp_path, monkeypatch):
+    """An https server whose certificate a private CA signed: trusted through ``SSL_CERT_FILE``
+    (Python's default TLS context reads it, and the native engine too), streams measured with read
+    timestamps; without it the certificate is refused."""
+    import ssl
+
+    from .test_gateway import private_ca
+
+    ca_pem, context = private_ca(tmp_path)
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    end = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    body = event * 3 + end
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                await reader.readexactly(length)
+                writer.write(reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        writer.close()
+
+    async def main(**options):
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await m.measure(f"https://127.0.0.1:{port}/v1/chat/completions", [m.request_body("chat", "x")],
+                                   protocol="chat", num_prompts=3, max_concurrency=1, engine=engine, **options)
+
+    untrusted = run_async(main(timeout=5))
+    assert not any(r.ok for r in untrusted.results), untrusted.results
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_pem))
+    run = run_async(main())
+    assert run.timestamps == "read" and all(r.ok and len(r.token_times) == 3 for r in run.results), run.results
+    with pytest.raises(ValueError, match="plain http"):
+        run_async(main(timestamps="kernel"))
+
+
+def test_the_native_engine_keeps_connections_alive_and_retries_one_closed_while_idle():
+    """One slot, five requests: one connection carries them all. A server that closes each
+    connection after its response without saying so (no ``connection: close``): the next request
+    finds the pooled connection gone before any reply, and goes again on a new one."""
+    if not m.native_available():
+        pytest.skip("the native engine needs the Rust backend (this run is on the pure Python one)")
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(event)) + event
+
+    def serve(close_after_reply):
+        connections = []
+
+        async def handle(reader, writer):
+            connections.append(writer)
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                      if line.lower().startswith(b"content-length")))
+                    await reader.readexactly(length)
+                    writer.write(reply)
+                    await writer.drain()
+                    if close_after_reply:
+                        break
+            except asyncio.IncompleteReadError:
+                pass
+            writer.close()
+
+        async def main():
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            async with server:
+                run = await m.measure(f"http://127.0.0.1:{port}/v1/chat/completions", [m.request_body("chat", "x")],
+                                      protocol="chat", num_prompts=5, max_concurrency=1, engine="native")
+            return run, len(connections)
+
+        return run_async(main())
+
+    kept, connections = serve(close_after_reply=False)
+    assert all(r.ok for r in kept.results) and connections == 1
+    closed, connections = serve(close_after_reply=True)
+    assert all(r.ok for r in closed.results), [r.error for r in closed.results]
+    assert connections == 5

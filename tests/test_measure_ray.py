@@ -45,11 +45,11 @@ def synthetic():
         yield server
 
 
-def test_two_actors_report_every_request(cluster, synthetic):
+def test_two_actors_report_every_request(cluster, synthetic, engine):
     url = m.endpoint_url(synthetic.url, "chat")
     seen = []
     run = w.measure_ray(url, [m.request_body("chat", "hi")], 2, protocol="chat", num_prompts=24, request_rate=100,
-                        seed=4, max_concurrency=4, timeout=TIMEOUT, on_result=seen.append, poll=0.05)
+                        seed=4, max_concurrency=4, timeout=TIMEOUT, on_result=seen.append, poll=0.05, engine=engine)
     report = m.summarize(run)
     assert report["failure_reasons"] == {} and report["completed"] == 24 and len(seen) == 24
     assert [r.index for r in run.results] == list(range(24))
@@ -123,7 +123,7 @@ def test_paced_tokens_are_measured_at_their_pace_on_busy_cores(cluster):
     assert sum(gap < 1.0 for gap in itls) < len(itls) / 10, itls  # (a burst is rare, not the rule)
 
 
-def test_the_command_line_runs_on_ray(tmp_path):
+def test_the_command_line_runs_on_ray(tmp_path, engine):
     # Through the CLI's entry point, in a process of its own: `--ray local` starts a Ray instance
     # of its own (without an address the CLI joins the cluster Ray finds: RAY_ADDRESS, or the last
     # one `ray start` began on this machine, which a test must not depend on).
@@ -132,7 +132,7 @@ def test_the_command_line_runs_on_ray(tmp_path):
         done = subprocess.run(
             [sys.executable, "-m", "rapidsse", "measure", "--url", server.url, "--protocol", "chat", "-n", "16",
              "--request-rate", "20", "--max-concurrency", "6", "--workers", "2", "--ray", "local",
-             "--save-result", str(saved), "--no-progress"],
+             "--save-result", str(saved), "--no-progress", "--engine", engine],
             capture_output=True, text=True, timeout=5 * TIMEOUT)
     assert done.returncode == 0, done.stderr
     assert "Serving Benchmark Result" in done.stdout
@@ -141,3 +141,4 @@ def test_the_command_line_runs_on_ray(tmp_path):
     assert result["max_concurrent_requests"] <= 6
     assert result["timestamps"] == ("kernel" if m.kernel_timestamps() else "read")
     assert abs(result["median_itl_ms"] - 20.0) < 5.0, result
+    assert result["engine"] == engine

@@ -112,12 +112,12 @@ def synthetic():
         yield server
 
 
-def test_workers_report_every_request_and_keep_one_cap(synthetic):
+def test_workers_report_every_request_and_keep_one_cap(synthetic, engine):
     url = m.endpoint_url(synthetic.url, "chat")
     bodies = [m.request_body("chat", p) for p in m.generated_prompts(5, 4, seed=2)]
     seen = []
     run = w.measure_workers(url, bodies, 2, protocol="chat", num_prompts=30, request_rate=200, seed=5,
-                            max_concurrency=3, warmup=2, timeout=TIMEOUT, on_result=seen.append)
+                            max_concurrency=3, warmup=2, timeout=TIMEOUT, on_result=seen.append, engine=engine)
     report = m.summarize(run)
     assert report["failure_reasons"] == {} and report["completed"] == 30 and len(seen) == 30
     assert [r.index for r in run.results] == list(range(30))
@@ -130,7 +130,7 @@ def test_workers_report_every_request_and_keep_one_cap(synthetic):
     assert not run.interrupted
 
 
-def test_a_parent_that_falls_behind_loses_no_result():
+def test_a_parent_that_falls_behind_loses_no_result(engine):
     # The parent stops reading (here: its first on_result waits until the server has sent every
     # token) while the workers end hundreds of requests of 300 token times each, far more than a
     # pipe holds. Each worker keeps what the pipe cannot take until the parent reads again: every
@@ -150,13 +150,14 @@ def test_a_parent_that_falls_behind_loses_no_result():
                     time.sleep(0.1)
 
         run = w.measure_workers(m.endpoint_url(server.url, "chat"), [m.request_body("chat", "x")], 2,
-                                protocol="chat", num_prompts=requests, timeout=TIMEOUT, on_result=stall)
+                                protocol="chat", num_prompts=requests, timeout=TIMEOUT, on_result=stall,
+                                engine=engine)
     report = m.summarize(run)
     assert report["failure_reasons"] == {} and report["completed"] == requests
     assert all(len(r.token_times) == tokens for r in run.results)
 
 
-def test_a_killed_worker_fails_its_unfinished_requests_and_the_run_ends(synthetic):
+def test_a_killed_worker_fails_its_unfinished_requests_and_the_run_ends(synthetic, engine):
     url = m.endpoint_url(synthetic.url, "chat")
     seen = []
 
@@ -168,7 +169,8 @@ def test_a_killed_worker_fails_its_unfinished_requests_and_the_run_ends(syntheti
 
     started = time.monotonic()
     run = w.measure_workers(url, [m.request_body("chat", "x")], 2, protocol="chat", num_prompts=40,
-                            request_rate=40, seed=1, max_concurrency=6, timeout=TIMEOUT, on_result=kill_one)
+                            request_rate=40, seed=1, max_concurrency=6, timeout=TIMEOUT, on_result=kill_one,
+                            engine=engine)
     report = m.summarize(run)
     assert report["completed"] + report["failed"] == 40 and [r.index for r in run.results] == list(range(40))
     reasons = report["failure_reasons"]
@@ -179,14 +181,20 @@ def test_a_killed_worker_fails_its_unfinished_requests_and_the_run_ends(syntheti
     assert not multiprocessing.active_children()  # the other worker ended and was joined
 
 
-def test_ctrl_c_stops_the_workers_and_writes_what_was_measured(tmp_path):
+@pytest.mark.parametrize("workers", ["2", "1"])
+def test_ctrl_c_stops_the_workers_and_writes_what_was_measured(tmp_path, engine, workers):
+    """Ctrl-C: exit 130 with the report of what was measured, the requests in flight failed as
+    interrupted (with workers, or in one process: the native engine stops from Python)."""
+    if workers == "1" and engine == "asyncio":
+        pytest.skip("the one-process asyncio engine leaves Ctrl-C to asyncio.run")
     saved = tmp_path / "result.json"
     with SyntheticServer(tokens=40, rate=20, ttft=0.01) as server:  # 2 s a stream
         # Ctrl-C as a terminal sends it: to a process whose SIGINT is not ignored (a suite run in the
         # background without job control ignores it, and so would the CLI it starts, unstoppable).
         process = subprocess.Popen(
             [sys.executable, "-m", "rapidsse", "measure", "--url", server.url, "--protocol", "chat", "-n", "400",
-             "--request-rate", "20", "--workers", "2", "--save-result", str(saved), "--no-progress"],
+             "--request-rate", "20", "--workers", workers, "--save-result", str(saved), "--no-progress",
+             "--engine", engine],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from . import measure as client, serve
-from .measure import (DEFAULT_PROMPT, PROTOCOLS, TIMESTAMPS, RequestResult, _streaming, _target, arrival_times,
-                      endpoint_url, format_report, generated_prompts, load_dataset, measure, parse_goodput,
-                      protocol_for_url, request_body, run_loop, summarize)
+from .measure import (DEFAULT_PROMPT, ENGINES, PROTOCOLS, TIMESTAMPS, RequestResult, _streaming, _target,
+                      arrival_times, endpoint_url, format_report, generated_prompts, load_dataset, measure,
+                      measure_native, native_available, parse_goodput, protocol_for_url, request_body, run_loop,
+                      saturation_warning, summarize)
 
 __all__ = ["register", "run_measure"]
 
@@ -69,8 +70,11 @@ def register_measure(subparsers: Any) -> None:
     parser.add_argument("--timestamps", choices=TIMESTAMPS, default="auto",
                         help="when a token counts as arrived: the kernel's receive timestamp (plain http on Linux), "
                              "or when the event loop read it; auto: kernel where it can (default: %(default)s)")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="the client: native (Rust: tokio, pooled connections; the default on the Rust backend) "
+                             "or asyncio (Python; the default on the pure backend)")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
-                        help="event loop (default: uvloop when installed)")
+                        help="event loop of the asyncio engine (default: uvloop when installed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--workers", default="1", metavar="N|auto",
                         help="client processes sharing the run's schedule and cap, samples merged exactly; "
@@ -123,14 +127,28 @@ def _bodies(args: argparse.Namespace, protocol: str) -> list[dict[str, Any]]:
     return [request_body(protocol, p, model=args.model, max_tokens=args.output_len) for p in prompts]
 
 
+def _engine(asked: str | None) -> str:
+    """``--engine``: as asked, else native where it runs (the Rust backend)."""
+    if asked == "native" and not native_available():
+        raise ValueError("--engine native needs the Rust backend (this is the pure Python one): use --engine asyncio")
+    return asked or ("native" if native_available() else "asyncio")
+
+
 def run_measure(args: argparse.Namespace) -> int:
     """``rapidsse measure``: runs the benchmark, prints the report, returns the exit code (0: every
-    request succeeded; 1: one failed, a bad option, or a missing dependency)."""
+    request succeeded; 1: one failed, a bad option, or a missing dependency; 130: stopped by
+    Ctrl-C, with the report of what was measured)."""
     try:
-        import httptools  # noqa: F401
-    except ImportError:
-        print("rapidsse measure needs httptools: pip install 'rapidsse[measure]'", file=sys.stderr)
+        engine = _engine(args.engine)
+    except ValueError as exc:
+        print(f"rapidsse measure: {exc}", file=sys.stderr)
         return 1
+    if engine == "asyncio":
+        try:
+            import httptools  # noqa: F401
+        except ImportError:
+            print("rapidsse measure needs httptools: pip install 'rapidsse[measure]'", file=sys.stderr)
+            return 1
     try:
         protocol = args.protocol or protocol_for_url(args.url)
         url = endpoint_url(args.url, protocol, args.model)
@@ -161,11 +179,13 @@ def run_measure(args: argparse.Namespace) -> int:
         if args.ray is not None:
             from .workers import measure_ray
 
-            result = measure_ray(url, bodies, workers, address=args.ray, loop=args.loop, **options)
+            result = measure_ray(url, bodies, workers, address=args.ray, loop=args.loop, engine=engine, **options)
         elif workers is not None and workers > 1:
             from .workers import measure_workers
 
-            result = measure_workers(url, bodies, workers, loop=args.loop, **options)
+            result = measure_workers(url, bodies, workers, loop=args.loop, engine=engine, **options)
+        elif engine == "native":
+            result = measure_native(url, bodies, **options)
         else:
             result = run_loop(measure(url, bodies, **options), args.loop)
     except ImportError as exc:
@@ -174,7 +194,7 @@ def run_measure(args: argparse.Namespace) -> int:
         else:
             print("rapidsse measure: --loop uvloop needs uvloop: pip install uvloop", file=sys.stderr)
         return 1
-    except (ValueError, TimeoutError) as exc:
+    except (ValueError, OSError, TimeoutError) as exc:
         print(f"rapidsse measure: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -190,6 +210,7 @@ def run_measure(args: argparse.Namespace) -> int:
         "request_rate": "inf" if math.isinf(args.request_rate) else args.request_rate,
         "burstiness": args.burstiness,
         "max_concurrency": args.max_concurrency,
+        "engine": engine,
         **summarize(result, percentiles=percentiles, goodput=goodput),
     }
     if args.save_result == "-":
@@ -199,6 +220,9 @@ def run_measure(args: argparse.Namespace) -> int:
         if args.save_result:
             with open(args.save_result, "w", encoding="utf-8") as out:
                 json.dump(report, out, indent=2)
+    warning = saturation_warning(report)
+    if warning:
+        print(f"rapidsse measure: {warning}", file=sys.stderr)
     if result.interrupted:
         return 130
     return 0 if report["failed"] == 0 else 1

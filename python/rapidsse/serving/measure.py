@@ -51,6 +51,12 @@ The client is made to stay out of its own measurements:
   flight. A request leaves no reference cycle behind, so nothing piles up meanwhile; what the
   driver does leave is collected when the run ends.
 
+``--engine native`` (the default on the Rust backend) runs every request in Rust
+instead (:func:`measure_native`, ``rust/src/net/measure.rs``): tokio tasks on kept-alive pooled
+connections, the same kernel timestamps and token counts, the same :class:`RequestResult` s and
+report. Both engines report whether the client kept up (``multi_token_reads``, ``client_cpu_share``,
+``client_saturated``: see :func:`summarize`).
+
 ``--workers N`` and ``--ray`` spread the same schedule over client processes or Ray actors and
 merge their samples into this module's report (:mod:`rapidsse.serving.workers`).
 
@@ -66,6 +72,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import platform
 import random
 import socket
@@ -89,6 +96,7 @@ from ..framing import SSEDecoder
 from ..integrations import protocol_for_path
 
 __all__ = [
+    "ENGINES",
     "PROTOCOLS",
     "LocalSlots",
     "RequestResult",
@@ -102,14 +110,20 @@ __all__ = [
     "generated_prompts",
     "kernel_timestamps",
     "load_dataset",
+    "default_engine",
     "drive",
+    "drive_native",
     "measure",
+    "measure_native",
+    "native_available",
+    "native_engine",
     "merge",
     "percentile",
     "prepared_target",
     "request_body",
     "run",
     "run_loop",
+    "saturation_warning",
     "summarize",
 ]
 
@@ -125,6 +139,14 @@ DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 DEFAULT_PROMPT = "Say hello."
 ANTHROPIC_VERSION = "2023-06-01"
 _GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+SATURATED_CPU_SHARE = 0.9
+"""A client past this share of a core (CPU time over wall time, per process) is saturated: it
+cannot read every stream when its bytes arrive, and token times bunch up."""
+SATURATED_MULTI_TOKEN_READS = 0.01
+"""Past this share of its token reads holding several tokens, a client is saturated: one read of
+several tokens gives them one time, an ITL of 0 and a gap the server did not make."""
+SATURATED_MIN_MULTI_TOKEN_READS = 10
+"""...and only from this many such reads on: a few in a short run are a scheduling hiccup."""
 _WORDS = ("the quick brown fox jumps over a lazy dog while seven bright stars watch "
           "silent rivers carry old songs toward distant green hills").split()
 
@@ -285,6 +307,11 @@ class RequestResult:
     """The server's own ``usage`` count of output tokens, when it sent one."""
     input_tokens: int | None = None
     """The server's ``usage`` count of input (prompt) tokens, when it sent one."""
+    token_reads: int = 0
+    """Reads of the response that completed at least one token."""
+    multi_token_reads: int = 0
+    """Reads that completed more than one token: their tokens share one time, so the client (or
+    the server, writing several at once) hid the gaps between them (see :func:`summarize`)."""
 
     @property
     def tokens(self) -> int:
@@ -739,7 +766,7 @@ async def _resolved(target: _Target, timestamps: str) -> _Target:
     return replace(target, addresses=tuple((family, address) for family, _type, _proto, _name, address in infos))
 
 
-def _target(url: str, headers: dict[str, str]) -> _Target:
+def _target(url: str, headers: dict[str, str], *, keep_alive: bool = False) -> _Target:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"--url must be an http:// or https:// URL, not {url!r}")
@@ -748,8 +775,8 @@ def _target(url: str, headers: dict[str, str]) -> _Target:
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     host_header = parts.netloc.rsplit("@", 1)[-1]
     lines = [f"POST {target} HTTP/1.1", f"host: {host_header}", "content-type: application/json",
-             "accept: text/event-stream", "accept-encoding: identity", "connection: close",
-             "user-agent: rapidsse-measure"]
+             "accept: text/event-stream", "accept-encoding: identity",
+             *([] if keep_alive else ["connection: close"]), "user-agent: rapidsse-measure"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     return _Target(parts.hostname, port, tls, ("\r\n".join(lines) + "\r\n").encode("latin-1"))
 
@@ -772,6 +799,7 @@ class _Exchange(asyncio.Protocol):
         self._streaming = False
         self._error_body = bytearray()
         self._now = 0.0
+        self._read_tokens = 0
         self._transport: asyncio.Transport | None = None
 
     # asyncio callbacks
@@ -786,12 +814,16 @@ class _Exchange(asyncio.Protocol):
     def received(self, data: bytes, now: float) -> None:
         """Takes bytes that arrived at ``now`` (:func:`time.perf_counter`)."""
         self._now = now
+        self._read_tokens = 0
         try:
             self._parser.feed_data(data)
         except self._parse_error as exc:
             self._finish(f"bad HTTP response: {exc}")
         except SSEError as exc:
             self._finish(f"{type(exc).__name__}: {exc}")
+        if self._read_tokens:
+            self._result.token_reads += 1
+            self._result.multi_token_reads += self._read_tokens > 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._done.done():
@@ -828,6 +860,7 @@ class _Exchange(asyncio.Protocol):
             return
         tokens = self._adapter.feed(body)
         if tokens:
+            self._read_tokens += tokens
             now = self._now - self._origin
             result = self._result
             if result.ttft is None:
@@ -919,6 +952,11 @@ class Run:
     worker_cpu: float = 0.0
     """CPU seconds the worker processes or actors spent, each from its setup to its end (0 for a
     run in this process: see :func:`time.process_time`)."""
+    client_cpu: float = 0.0
+    """CPU seconds the client spent during the timed run (:func:`time.process_time`, every thread
+    of its processes; summed over the workers of a run)."""
+    client_processes: int = 1
+    """The client processes (or actors) that ran it: ``client_cpu`` is shared among them."""
 
 
 class Slots(abc.ABC):
@@ -1011,6 +1049,7 @@ async def drive(
         start = started() if started is not None else None
         if start is None:
             start = time.perf_counter()
+        cpu = time.process_time()
         tasks = []
         for index, offset in plan:
             due = start + offset
@@ -1021,7 +1060,8 @@ async def drive(
             tasks.append(loop.create_task(send(bodies[index % len(bodies)], due, result, slots, on_result)))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
-    return Run(list(results), duration, "kernel" if target.addresses else "read")
+        cpu = time.process_time() - cpu
+    return Run(list(results), duration, "kernel" if target.addresses else "read", client_cpu=cpu)
 
 
 async def measure(
@@ -1039,6 +1079,7 @@ async def measure(
     timeout: float = 600.0,
     on_result: Callable[[RequestResult], None] | None = None,
     timestamps: str = "auto",
+    engine: str = "asyncio",
 ) -> Run:
     """Sends ``num_prompts`` streaming requests (default: one per body; bodies are reused in turn)
     to the endpoint ``url``, open loop: due at :func:`arrival_times`, at most ``max_concurrency``
@@ -1051,9 +1092,19 @@ async def measure(
     ITL and E2EL; ``"read"``: the moment the event loop hands the bytes over; ``"auto"`` (the
     default): kernel where it can, else read.
 
+    ``engine``: ``"asyncio"`` (this event loop) or ``"native"`` (:func:`measure_native`, in a
+    thread: the loop stays free meanwhile).
+
     One process, one event loop; :func:`rapidsse.serving.workers.measure_workers` spreads the same
     schedule over several.
     """
+    if engine == "native":
+        return await asyncio.to_thread(
+            measure_native, url, bodies, protocol=protocol, num_prompts=num_prompts, request_rate=request_rate,
+            burstiness=burstiness, max_concurrency=max_concurrency, warmup=warmup, seed=seed, headers=headers,
+            timeout=timeout, on_result=on_result, timestamps=timestamps)
+    if engine != "asyncio":
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     count = len(bodies) if num_prompts is None else num_prompts
     _check(protocol, bodies, count, warmup, max_concurrency)
     target = await prepared_target(url, protocol, headers, timestamps)
@@ -1072,7 +1123,8 @@ def merge(parts: Iterable[Run]) -> Run:
     results = sorted((r for part in parts for r in part.results), key=lambda r: r.index)
     kinds = sorted({part.timestamps for part in parts}) or ["read"]
     return Run(results, max((part.duration for part in parts), default=0.0), "+".join(kinds),
-               worker_cpu=sum(part.worker_cpu for part in parts))
+               worker_cpu=sum(part.worker_cpu for part in parts), client_cpu=sum(part.client_cpu for part in parts),
+               client_processes=sum(part.client_processes for part in parts) or 1)
 
 
 @contextlib.contextmanager
@@ -1107,6 +1159,150 @@ def run_loop(coro: Any, loop: str = "auto") -> Any:
         else:
             return uvloop.run(coro)
     return asyncio.run(coro)
+
+
+# --- The native engine ------------------------------------------------------------------------------
+#
+# ``--engine native``: the same schedule, cap and samples, with every request sent, read, timestamped
+# and counted in Rust (``rust/src/net/measure.rs``): tokio tasks on kept-alive pooled connections,
+# kernel receive timestamps as above, the token counts of the adapters above. Python hands the run
+# over once and builds the RequestResults from the samples that come back as requests end.
+
+ENGINES = ("native", "asyncio")
+INTERRUPTED = "interrupted: the run was stopped (Ctrl-C) before this request ended"
+_DRAIN_WAIT = 0.1  # seconds a drain call waits: Ctrl-C is seen within it
+
+
+def _engine_class() -> Any:
+    from .. import BACKEND
+
+    if BACKEND != "rust":
+        return None
+    from .._backend import core
+
+    return getattr(core(), "MeasureEngine", None)
+
+
+def native_available() -> bool:
+    """Whether this process can run the native engine (the Rust backend, built with it)."""
+    return _engine_class() is not None
+
+
+def default_engine() -> str:
+    """The engine ``rapidsse measure`` runs when none is asked for: native where it can."""
+    return "native" if native_available() else "asyncio"
+
+
+def native_engine(url: str, protocol: str, headers: dict[str, str] | None, timestamps: str,
+                  bodies: Sequence[dict[str, Any]], timeout: float) -> tuple[Any, str]:
+    """The Rust client of one process for ``url`` (``MeasureEngine``) and when its tokens count as
+    arrived (``"kernel"`` or ``"read"``, see :func:`measure`). ``https://`` trusts the Mozilla
+    roots and, as Python's default TLS context does, the certificates of ``SSL_CERT_FILE``."""
+    engine_class = _engine_class()
+    if engine_class is None:
+        raise ValueError("the native engine needs the Rust backend (this is the pure Python one): "
+                         "use the asyncio engine")
+    if timestamps not in TIMESTAMPS:
+        raise ValueError(f"timestamps must be one of {', '.join(TIMESTAMPS)}, not {timestamps!r}")
+    all_headers = {"anthropic-version": ANTHROPIC_VERSION} if protocol == "anthropic" else {}
+    all_headers.update(headers or {})
+    target = _target(url, all_headers, keep_alive=True)
+    tls = target.tls is not None
+    if tls and timestamps == "kernel":
+        raise ValueError("kernel timestamps are for plain http:// (TLS decrypts after the kernel)")
+    kernel = not tls and timestamps != "read" and engine_class.kernel_timestamps() and kernel_timestamps()
+    if timestamps == "kernel" and not kernel:
+        raise ValueError("this machine gives no kernel receive timestamps (Linux on x86-64 or arm64 does)")
+    ca_file = os.environ.get("SSL_CERT_FILE") if tls else None
+    try:
+        engine = engine_class(target.host, target.port, target.head, protocol,
+                              [msgspec.json.encode(b) for b in bodies], timeout, kernel, f"timeout after {timeout:g} s",
+                              INTERRUPTED, tls=tls, tls_ca=Path(ca_file).read_bytes() if ca_file else None)
+    except ValueError as exc:  # (the roots: its wording names the gateway's upstream CA file)
+        raise ValueError(f"SSL_CERT_FILE {ca_file}: {str(exc).replace('the upstream CA file ', '')}") from None
+    return engine, "kernel" if kernel else "read"
+
+
+def _native_result(sample: tuple[Any, ...], due: float) -> RequestResult:
+    index, queued, status, error, latency, reads, output_tokens, input_tokens, _bytes = sample
+    return RequestResult(ok=error is None, status_code=status, index=index, error=error, due=due, queued=queued,
+                         ttft=reads[0][0] if reads else None, latency=latency,
+                         token_times=[at for at, tokens in reads for _ in range(tokens)],
+                         output_tokens=output_tokens, input_tokens=input_tokens, token_reads=len(reads),
+                         multi_token_reads=sum(tokens > 1 for _, tokens in reads))
+
+
+def drive_native(engine: Any, timestamps: str, plan: Sequence[tuple[int, float]], *,
+                 slots: int | str | None = None, warmup: int = 0, warmup_cap: int | None = None,
+                 on_result: Callable[[RequestResult], None] | None = None,
+                 started: Callable[[], float | None] | None = None,
+                 on_want: Callable[[list[int]], None] | None = None) -> Run:
+    """:func:`drive` on the native ``engine`` (:func:`native_engine`), in this thread: ``warmup``
+    requests first (``warmup_cap`` in flight), then ``plan`` from the start (``started``, as in
+    :func:`drive`), ``slots`` in flight (a number; None: no cap; ``"external"``: each due request
+    goes to ``on_want`` and waits for ``engine.grant(index)``). ``on_result`` is called here as each
+    request ends. Ctrl-C (:class:`KeyboardInterrupt`) stops the engine: what was due and had not
+    ended fails as interrupted, what was not due is left out, and the run returns
+    (``interrupted``)."""
+    if warmup:
+        engine.warmup(warmup, warmup_cap)
+    dues = dict(plan)
+    results: list[RequestResult] = []
+    start = started() if started is not None else None
+    if start is None:
+        start = time.perf_counter()
+    cpu = time.process_time()
+    engine.start(list(plan), start - time.perf_counter(), -1 if slots == "external" else slots)
+    duration: float | None = None
+    interrupted = False
+
+    def take(samples: list[tuple[Any, ...]]) -> None:
+        for sample in samples:
+            result = _native_result(sample, dues[sample[0]])
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+
+    try:
+        while duration is None:
+            samples, wants, duration = engine.drain(_DRAIN_WAIT)
+            if wants and on_want is not None:
+                on_want(wants)
+            take(samples)
+    except KeyboardInterrupt:
+        engine.stop()
+        interrupted = True
+        while duration is None:
+            samples, _wants, duration = engine.drain(_DRAIN_WAIT)
+            take(samples)
+    results.sort(key=lambda r: r.index)
+    return Run(results, duration, timestamps, interrupted=interrupted, client_cpu=time.process_time() - cpu)
+
+
+def measure_native(
+    url: str,
+    bodies: Sequence[dict[str, Any]],
+    *,
+    protocol: str = "responses",
+    num_prompts: int | None = None,
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    warmup: int = 0,
+    seed: int | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 600.0,
+    on_result: Callable[[RequestResult], None] | None = None,
+    timestamps: str = "auto",
+) -> Run:
+    """:func:`measure` on the native engine, in this thread (no event loop): the same schedule,
+    cap, warmup and samples. Ctrl-C returns what was measured (``run.interrupted``)."""
+    count = len(bodies) if num_prompts is None else num_prompts
+    _check(protocol, bodies, count, warmup, max_concurrency)
+    engine, kind = native_engine(url, protocol, headers, timestamps, bodies, timeout)
+    plan = list(enumerate(arrival_times(count, request_rate, burstiness, seed)))
+    return drive_native(engine, kind, plan, slots=max_concurrency, warmup=warmup, warmup_cap=max_concurrency,
+                        on_result=on_result)
 
 
 # --- Statistics --------------------------------------------------------------------------------
@@ -1179,7 +1375,13 @@ def summarize(run: Run, *, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     ``total_input_tokens``, ``total_output_tokens``, ``request_throughput``, ``request_goodput``,
     ``output_throughput``, ``total_token_throughput``, ``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms``,
     ``..._client_queue_time_ms``, ``max_concurrent_requests``, plus ``failure_reasons`` (reason →
-    count). Distributions are over the completed requests."""
+    count). Distributions are over the completed requests.
+
+    And whether the client kept up: ``token_reads`` and ``multi_token_reads`` (reads that completed
+    a token, and several), ``client_cpu_share`` (the client's CPU seconds over the run's wall time,
+    per client process) and ``client_saturated``: a share over :data:`SATURATED_CPU_SHARE`, or
+    more than :data:`SATURATED_MULTI_TOKEN_READS` of the token reads (and at least
+    :data:`SATURATED_MIN_MULTI_TOKEN_READS`) holding several tokens."""
     results, duration = run.results, run.duration
     good = [r for r in results if r.ok]
     output_tokens = sum(r.tokens for r in good)
@@ -1204,7 +1406,37 @@ def summarize(run: Run, *, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     report.update(_distribution("client_queue_time", [r.queued for r in good], percentiles))
     report["failure_reasons"] = dict(Counter(r.error for r in results if not r.ok).most_common())
     report["timestamps"] = run.timestamps
+    token_reads = sum(r.token_reads for r in results)
+    multi_token_reads = sum(r.multi_token_reads for r in results)
+    cpu_share = run.client_cpu / (duration * run.client_processes) if duration > 0 else 0.0
+    report["token_reads"] = token_reads
+    report["multi_token_reads"] = multi_token_reads
+    report["client_cpu_share"] = cpu_share
+    report["client_saturated"] = cpu_share > SATURATED_CPU_SHARE or _bunched(multi_token_reads, token_reads)
     return report
+
+
+def _bunched(multi_token_reads: int, token_reads: int) -> bool:
+    """Whether too many token reads held several tokens (see :data:`SATURATED_MULTI_TOKEN_READS`)."""
+    return (multi_token_reads >= SATURATED_MIN_MULTI_TOKEN_READS
+            and multi_token_reads > SATURATED_MULTI_TOKEN_READS * token_reads)
+
+
+def saturation_warning(report: dict[str, Any]) -> str | None:
+    """What to tell the user when :func:`summarize` found the client saturated (None if not)."""
+    if not report.get("client_saturated"):
+        return None
+    reasons = []
+    if report["client_cpu_share"] > SATURATED_CPU_SHARE:
+        reasons.append(f"it used {100.0 * report['client_cpu_share']:.0f}% of a core (over "
+                       f"{100.0 * SATURATED_CPU_SHARE:.0f}%: busy, so late to its reads)")
+    if _bunched(report["multi_token_reads"], report["token_reads"]):
+        reasons.append(f"{report['multi_token_reads']} of its {report['token_reads']} token reads held several "
+                       f"tokens (over {100.0 * SATURATED_MULTI_TOKEN_READS:g}%: it fell behind the streams, or the "
+                       "server writes several tokens at once)")
+    return ("warning: the client may have skewed its own measurements (client_saturated): " + "; ".join(reasons)
+            + ". ITL and TPOT are then not the server's alone: use more --workers, the native engine, or a "
+              "lighter load.")
 
 
 def format_report(report: dict[str, Any], percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
@@ -1244,6 +1476,13 @@ def format_report(report: dict[str, Any], percentiles: Sequence[float] = DEFAULT
         row(f"Median {label} (ms):", report[f"median_{name}_ms"])
         for q in percentiles:
             row(f"P{_percentile_name(q)} {label} (ms):", report[f"p{_percentile_name(q)}_{name}_ms"])
+    if "client_cpu_share" in report:
+        lines.append("{:-^50}".format("Client"))
+        if report.get("engine"):
+            row("Client engine:", report["engine"])
+        row("Client CPU share (of a core):", report["client_cpu_share"])
+        row("Reads of several tokens:", f"{report['multi_token_reads']} of {report['token_reads']}")
+        row("Client saturated:", "yes" if report["client_saturated"] else "no")
     if report["failure_reasons"]:
         lines.append("{:-^50}".format("Failures"))
         lines += [f"{count:>6} x {reason}" for reason, count in list(report["failure_reasons"].items())[:10]]

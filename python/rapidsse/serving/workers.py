@@ -53,7 +53,7 @@ START_AHEAD = 0.05
 """Seconds from the barrier's release to the start of the schedule (for the workers to wake)."""
 RAY_START_AHEAD = 0.5
 """Seconds from the Ray barrier to the start: the start calls reach every actor before it."""
-INTERRUPTED = "interrupted: the run was stopped (Ctrl-C) before this request ended"
+INTERRUPTED = m.INTERRUPTED
 
 
 def cpu_count() -> int:
@@ -133,6 +133,7 @@ class WorkerJob:
     timeout: float = 600.0
     timestamps: str = "auto"
     loop: str = "auto"
+    engine: str = "asyncio"
 
 
 def _warmup_share(warmup: int, workers: int, number: int) -> int:
@@ -141,11 +142,16 @@ def _warmup_share(warmup: int, workers: int, number: int) -> int:
 
 def _jobs(url: str, bodies: Sequence[dict[str, Any]], workers: int, *, protocol: str, num_prompts: int | None,
           request_rate: float, burstiness: float, max_concurrency: int | None, warmup: int, seed: int | None,
-          headers: dict[str, str] | None, timeout: float, timestamps: str, loop: str) -> list[WorkerJob]:
+          headers: dict[str, str] | None, timeout: float, timestamps: str, loop: str,
+          engine: str = "asyncio") -> list[WorkerJob]:
     count = len(bodies) if num_prompts is None else num_prompts
     m._check(protocol, bodies, count, warmup, max_concurrency)
     if workers < 1:
         raise ValueError("workers must be at least 1")
+    if engine not in m.ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(m.ENGINES)}, not {engine!r}")
+    if engine == "native" and not m.native_available():
+        raise ValueError("the native engine needs the Rust backend (this is the pure Python one)")
     m._target(url, headers or {})  # validates the URL here rather than in every worker
     shares = split_schedule(count, request_rate, burstiness, seed, workers)
     # Warmup is not measured: each worker warms its own connections up with its part of it, capped
@@ -153,7 +159,7 @@ def _jobs(url: str, bodies: Sequence[dict[str, Any]], workers: int, *, protocol:
     warmup_cap = max(1, max_concurrency // workers) if max_concurrency else None
     return [WorkerJob(number, url, protocol, list(bodies), share, max_concurrency is not None,
                       _warmup_share(warmup, workers, number), warmup_cap, dict(headers or {}), timeout, timestamps,
-                      loop) for number, share in enumerate(shares)]
+                      loop, engine) for number, share in enumerate(shares)]
 
 
 class _Collector:
@@ -168,6 +174,7 @@ class _Collector:
         self.timestamps: set[str] = set()
         self.start: float | None = None
         self.cpu = 0.0
+        self.run_cpu = 0.0
 
     def add(self, result: m.RequestResult) -> None:
         if result.index in self.results:
@@ -198,7 +205,8 @@ class _Collector:
         if interrupted or len(durations) < len(self.jobs):
             durations.append(elapsed)  # a worker that did not finish ran until now
         parts = [m.Run(list(self.results.values()), max(durations, default=0.0),
-                       "+".join(sorted(self.timestamps)) or "read", worker_cpu=self.cpu)]
+                       "+".join(sorted(self.timestamps)) or "read", worker_cpu=self.cpu, client_cpu=self.run_cpu,
+                       client_processes=len(self.jobs))]
         run = m.merge(parts)
         run.interrupted = interrupted
         return run
@@ -328,9 +336,64 @@ def _worker_process(connection: Any, job: WorkerJob, start: Any) -> None:
     """The main of a worker process: Ctrl-C is the parent's to handle (it stops the workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        m.run_loop(_worker(connection, job, start), job.loop)
+        if job.engine == "native":
+            _native_worker(connection, job, start)
+        else:
+            m.run_loop(_worker(connection, job, start), job.loop)
     except (BrokenPipeError, EOFError, ConnectionResetError):
         pass  # the parent is gone
+
+
+def _native_worker(connection: Any, job: WorkerJob, start: Any) -> None:
+    """A worker on the native engine: the engine runs its share in its own thread; this one
+    hands over what ends (blocking writes to the pipe: the engine goes on meanwhile) and a reader
+    thread takes the parent's slot grants to the engine."""
+    import threading
+
+    fd = connection.fileno()
+    cpu = time.process_time()
+
+    def send(message: Any) -> None:
+        _write_all(fd, _frame(message))
+
+    try:
+        engine, kind = m.native_engine(job.url, job.protocol, job.headers, job.timestamps, job.bodies, job.timeout)
+    except (ValueError, OSError) as exc:
+        send(("error", str(exc)))
+        return
+
+    def grants() -> None:
+        inbox = _Unframer()
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except OSError:
+                return
+            if not data:
+                return  # the parent is gone: the next send says so
+            for kind_, index in inbox.feed(data):
+                if kind_ == "go":
+                    engine.grant(index)
+
+    parent = os.getppid()
+
+    def barrier() -> float:
+        send(("ready", kind))
+        event, instant = start
+        while not event.wait(0.5):
+            if os.getppid() != parent:
+                raise EOFError("the parent is gone")
+        threading.Thread(target=grants, daemon=True, name="rapidsse-measure-grants").start()
+        return instant.value
+
+    def wants(indexes: list[int]) -> None:
+        for index in indexes:
+            send(("want", index))
+
+    run = m.drive_native(engine, kind, job.plan, slots="external" if job.capped else None, warmup=job.warmup,
+                         warmup_cap=job.warmup_cap, on_result=lambda r: send(("result", r)), started=barrier,
+                         on_want=wants)
+    send(("done", (run.duration, time.process_time() - cpu, run.client_cpu)))
 
 
 async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
@@ -381,7 +444,7 @@ async def _worker(connection: Any, job: WorkerJob, start: Any) -> None:
                         warmup_slots=warmup_slots, timeout=job.timeout, on_result=lambda r: send(("result", r)),
                         started=barrier)
     loop.remove_reader(fd)
-    send(("done", (run.duration, time.process_time() - cpu)))
+    send(("done", (run.duration, time.process_time() - cpu, run.client_cpu)))
     outbox.flush()
 
 
@@ -390,15 +453,17 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
                     max_concurrency: int | None = None, warmup: int = 0, seed: int | None = None,
                     headers: dict[str, str] | None = None, timeout: float = 600.0,
                     on_result: Callable[[m.RequestResult], None] | None = None, timestamps: str = "auto",
-                    loop: str = "auto", start_timeout: float = 120.0) -> m.Run:
+                    loop: str = "auto", start_timeout: float = 120.0, engine: str = "asyncio") -> m.Run:
     """:func:`rapidsse.serving.measure.measure`'s run spread over ``workers`` client processes (spawned:
     the parent may hold threads), one schedule for all, started on one barrier, merged exactly.
     ``on_result`` is called in the parent as each request ends. A setup error of a worker (a bad
     option) raises :class:`ValueError`; a worker that dies fails its unfinished requests; Ctrl-C
-    (:class:`KeyboardInterrupt`) stops them all and returns what was measured (``run.interrupted``)."""
+    (:class:`KeyboardInterrupt`) stops them all and returns what was measured (``run.interrupted``).
+    ``engine``: each worker's client, ``"asyncio"`` or ``"native"`` (see
+    :func:`rapidsse.serving.measure.drive_native`)."""
     jobs = _jobs(url, bodies, workers, protocol=protocol, num_prompts=num_prompts, request_rate=request_rate,
                  burstiness=burstiness, max_concurrency=max_concurrency, warmup=warmup, seed=seed, headers=headers,
-                 timeout=timeout, timestamps=timestamps, loop=loop)
+                 timeout=timeout, timestamps=timestamps, loop=loop, engine=engine)
     context = multiprocessing.get_context("spawn")
     start = (context.Event(), context.RawValue("d", 0.0))
     collector = _Collector(jobs, on_result)
@@ -473,8 +538,9 @@ def measure_workers(url: str, bodies: Sequence[dict[str, Any]], workers: int, *,
             ready.add(number)
             collector.timestamps.add(value)
         elif kind == "done":
-            collector.durations[number], cpu = value
+            collector.durations[number], cpu, run_cpu = value
             collector.cpu += cpu
+            collector.run_cpu += run_cpu
             retire(number)
         elif kind == "error":
             raise ValueError(value)
@@ -591,39 +657,67 @@ def _ray_classes() -> tuple[Any, Any]:
             self.kind = "read"
             self.duration: float | None = None
             self.cpu = time.process_time()
+            self.run_cpu = 0.0
             self.error: str | None = None
             self.thread = threading.Thread(target=self._main, daemon=True)
             self.thread.start()
 
         def _main(self) -> None:
             try:
-                m.run_loop(self._run(), self.job.loop)
+                if self.job.engine == "native":
+                    self._run_native()
+                else:
+                    m.run_loop(self._run(), self.job.loop)
             except Exception as exc:  # reported to the parent by prepare() / finish()
                 self.error = f"{type(exc).__name__}: {exc}"
                 self.ready.set()
+
+        def _started(self) -> float:
+            self.ready.set()
+            self.go.wait()
+            # the start, told on the wall clock, on this node's monotonic clock: skew between
+            # machines shifts a share of the schedule, never a latency (each timed here)
+            return time.perf_counter() + (self.at - time.time())
+
+        def _ended(self, result: m.RequestResult) -> None:
+            with self.lock:
+                self.results.append(result)
+
+        def _over(self, run: m.Run) -> None:
+            self.cpu = time.process_time() - self.cpu
+            self.run_cpu = run.client_cpu
+            self.duration = run.duration
 
         async def _run(self) -> None:
             job = self.job
             target = await m.prepared_target(job.url, job.protocol, job.headers, job.timestamps)
             self.kind = "kernel" if target.addresses else "read"
             slots = _RaySlotsClient(self.slots, job.number) if self.slots is not None else None
+            warmup_slots = m.LocalSlots(job.warmup_cap) if job.warmup_cap else None
+            self._over(await m.drive(target, job.protocol, job.bodies, job.plan, slots=slots, warmup=job.warmup,
+                                     warmup_slots=warmup_slots, timeout=job.timeout, on_result=self._ended,
+                                     started=self._started))
 
-            def started() -> float:
-                self.ready.set()
-                self.go.wait()
-                # the start, told on the wall clock, on this node's monotonic clock: skew between
-                # machines shifts a share of the schedule, never a latency (each timed here)
-                return time.perf_counter() + (self.at - time.time())
+        def _run_native(self) -> None:
+            """The native engine in this thread: a due request's slot is asked of the slot actor
+            and granted when the call returns; its result gives it back."""
+            job, slots = self.job, self.slots
+            engine, self.kind = m.native_engine(job.url, job.protocol, job.headers, job.timestamps, job.bodies,
+                                                job.timeout)
+
+            def wants(indexes: list[int]) -> None:
+                for index in indexes:
+                    slots.acquire.remote(job.number, index).future().add_done_callback(
+                        lambda _done, index=index: engine.grant(index))
 
             def ended(result: m.RequestResult) -> None:
-                with self.lock:
-                    self.results.append(result)
+                if slots is not None:
+                    slots.release.remote(result.index)
+                self._ended(result)
 
-            warmup_slots = m.LocalSlots(job.warmup_cap) if job.warmup_cap else None
-            run = await m.drive(target, job.protocol, job.bodies, job.plan, slots=slots, warmup=job.warmup,
-                                warmup_slots=warmup_slots, timeout=job.timeout, on_result=ended, started=started)
-            self.cpu = time.process_time() - self.cpu
-            self.duration = run.duration
+            self._over(m.drive_native(engine, self.kind, job.plan, slots="external" if slots is not None else None,
+                                      warmup=job.warmup, warmup_cap=job.warmup_cap, on_result=ended,
+                                      started=self._started, on_want=wants))
 
         def prepare(self) -> str:
             """Returns when this worker is warmed up and waits at the start (Ray's barrier)."""
@@ -637,13 +731,13 @@ def _ray_classes() -> tuple[Any, Any]:
             self.at = at
             self.go.set()
 
-        def drain(self) -> tuple[list[m.RequestResult], tuple[float, float] | None, str | None]:
-            """What ended since the last call, the duration and CPU seconds once the run is over,
-            any error."""
+        def drain(self) -> tuple[list[m.RequestResult], tuple[float, float, float] | None, str | None]:
+            """What ended since the last call, the duration and CPU seconds (from setup, and of the
+            timed run) once the run is over, any error."""
             over = not self.thread.is_alive() and self.duration is not None  # (first: then all are in)
             with self.lock:
                 results, self.results = self.results, []
-            return results, (self.duration, self.cpu) if over else None, self.error
+            return results, (self.duration, self.cpu, self.run_cpu) if over else None, self.error
 
     _RAY_CLASSES = (RaySlots, RayWorker)
     return _RAY_CLASSES
@@ -685,7 +779,7 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                 seed: int | None = None, headers: dict[str, str] | None = None, timeout: float = 600.0,
                 on_result: Callable[[m.RequestResult], None] | None = None, timestamps: str = "auto",
                 loop: str = "auto", poll: float = 0.2, name: str | None = None,
-                start_timeout: float = 120.0) -> m.Run:
+                start_timeout: float = 120.0, engine: str = "asyncio") -> m.Run:
     """:func:`measure_workers` with Ray actors across a cluster's nodes instead of local processes:
     ``workers`` in total (``None``: one per CPU of the cluster), placed round-robin on the live
     nodes. Connects to the cluster at ``address`` (``ray.init(address)``; none: the one Ray finds,
@@ -694,7 +788,8 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
     actor warmed up and waiting (``ray.get`` of all ``prepare`` calls), then all told to start at
     one wall-clock time :data:`RAY_START_AHEAD` ahead (skew shifts an actor's share of the
     schedule, not its latencies). An actor that dies fails its unfinished requests. The actors are named
-    ``{name}-{number}`` (``name``: ``rapidsse-measure-<pid>``) and killed at the end."""
+    ``{name}-{number}`` (``name``: ``rapidsse-measure-<pid>``) and killed at the end. ``engine``: each
+    actor's client, as in :func:`measure_workers`."""
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -704,7 +799,7 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
     nodes = ray_workers(workers)
     jobs = _jobs(url, bodies, len(nodes), protocol=protocol, num_prompts=num_prompts, request_rate=request_rate,
                  burstiness=burstiness, max_concurrency=max_concurrency, warmup=warmup, seed=seed, headers=headers,
-                 timeout=timeout, timestamps=timestamps, loop=loop)
+                 timeout=timeout, timestamps=timestamps, loop=loop, engine=engine)
     slots_class, worker_class = _ray_classes()
     name = name or f"rapidsse-measure-{os.getpid()}"
     priority = ray_actor_options()
@@ -751,8 +846,9 @@ def measure_ray(url: str, bodies: Sequence[dict[str, Any]], workers: int | None 
                 if error is not None:
                     raise ValueError(error)
                 if duration is not None:
-                    collector.durations[number], cpu = duration
+                    collector.durations[number], cpu, run_cpu = duration
                     collector.cpu += cpu
+                    collector.run_cpu += run_cpu
                     live.discard(number)
         return collector.run()
     except KeyboardInterrupt:

@@ -8,14 +8,18 @@
 //! - [`client`]: the upstream client and its TLS roots;
 //! - [`serve`]: the synthetic server of `rapidsse serve --synthetic`, pacing the streams of
 //!   [`synthetic`].
+//! - [`measure`]: the benchmark client of `rapidsse measure --engine native`, counting with
+//!   [`tokens`].
 
 pub mod client;
 pub mod gateway;
 mod guard;
+pub mod measure;
 pub mod realtime;
 pub mod serve;
 pub mod synthetic;
 pub mod tap;
+pub mod tokens;
 
 pub use gateway::{Config, Decision, ErrorText, Gateway, Hooks, Next, Record, RequestHead};
 pub use tap::{Protocol, Refused, StreamTap, TapError};
