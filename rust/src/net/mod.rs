@@ -7,7 +7,7 @@
 //! - [`tap`]: the protocol's accumulator fed the forwarded bytes, and the first output;
 //! - [`client`]: the upstream client and its TLS roots;
 //! - [`serve`]: the synthetic server of `rapidsse serve --synthetic`, pacing the streams of
-//!   [`synthetic`].
+//!   [`synthetic`];
 //! - [`measure`]: the benchmark client of `rapidsse measure --engine native`, counting with
 //!   [`tokens`].
 
