@@ -12,10 +12,11 @@ side in one run, through:
   Python gateway, pointed at the same server as an OpenAI-compatible upstream.
 
 Each gateway is one process pinned to its own core; the server and the client (each a process of
-its own, the engines ``rapidsse`` picks by default) share the other. Reported per point: the
+its own, both on the native engine where the extension has it) share the other. Reported per point: the
 gateway process's CPU time (user + system, with its children's, through psutil) per token chunk
 delivered (the synthetic server writes one chunk per token), the p99 ITL it adds over ``direct`` in
-the same round, and the server's own p99 lateness (``/health``) beside it.
+the same round, the ratios to nginx and to native ``--no-tap`` within each round (their medians
+over the rounds), and the server's own p99 lateness (``/health``) beside it.
 
 Then, per gateway: the resident memory each open stream costs with 4,096 idle streams held open
 (upstream has not answered yet), and the chunks per second it forwards at saturation (``native``
@@ -32,6 +33,7 @@ Needs the ``gateway`` and ``measure`` extras and psutil; LiteLLM (``bench`` extr
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -111,7 +113,7 @@ class Server:
 
     def __init__(self, pin: set[int] | None, tokens: int = TOKENS, rate: float = RATE, ttft_ms: float = TTFT_MS):
         command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", str(tokens), "--rate",
-                   str(rate), "--ttft", str(ttft_ms), "--port", "0", "--log-level", "warning"]
+                   str(rate), "--ttft", str(ttft_ms), "--port", "0", "--log-level", "warning", *server_engine()]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=_pinned(pin))
         banner = self.process.stderr.readline()
         if " on " not in banner:
@@ -272,14 +274,25 @@ def _headers() -> dict[str, str]:
 _MEASURE_ENGINE: list[str] | None = None
 
 
-def measure(url: str, count: int, concurrency: int, pin: set[int] | None, timeout: float = 300) -> dict[str, Any]:
-    """``rapidsse measure`` in a process of its own (pinned to ``pin``), its report back."""
+@functools.lru_cache(maxsize=None)
+def server_engine() -> tuple[str, ...]:
+    """The synthetic server's engine, named: native where the extension has it (it paces 1024
+    streams from its half of the shared core; the asyncio one falls behind there)."""
+    return ("--engine", "native") if "--engine" in _options("serve") and _native() else ()
+
+
+def client_engine() -> list[str]:
     global _MEASURE_ENGINE
     if _MEASURE_ENGINE is None:
         _MEASURE_ENGINE = ["--engine", "native"] if "--engine" in _options("measure") and _native() else []
+    return _MEASURE_ENGINE
+
+
+def measure(url: str, count: int, concurrency: int, pin: set[int] | None, timeout: float = 300) -> dict[str, Any]:
+    """``rapidsse measure`` in a process of its own (pinned to ``pin``), its report back."""
     command = [sys.executable, "-m", "rapidsse", "measure", "--url", url, "--protocol", PROTOCOL, "--model", MODEL,
                "-n", str(count), "-c", str(concurrency), "--save-result", "-", "--no-progress", "--timeout",
-               str(timeout), "-H", f"authorization: Bearer {KEY}", *_MEASURE_ENGINE]
+               str(timeout), "-H", f"authorization: Bearer {KEY}", *client_engine()]
     done = subprocess.run(command, capture_output=True, text=True, preexec_fn=_pinned(pin), timeout=timeout + 120)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"rapidsse measure failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -316,6 +329,19 @@ def run_point(url: str, concurrency: int, gateway: Gateway | None, server: Serve
     }
 
 
+def _round_ratios(rounds: dict[str, list[dict[str, Any]]]) -> None:
+    """Each run's CPU per chunk over nginx's and native ``--no-tap``'s in the same round (the
+    contenders take turns, so a round shares the machine's state; the table gives the medians of
+    these ratios, not a ratio of medians)."""
+    for contender, runs in rounds.items():
+        for i, run in enumerate(runs):
+            for key, name in (("vs_nginx", "nginx"), ("vs_no_tap", "native --no-tap")):
+                other = rounds.get(name, [])
+                base = other[i]["cpu_us_per_chunk"] if i < len(other) else None
+                cpu = run["cpu_us_per_chunk"]
+                run[key] = cpu / base if cpu and base else None
+
+
 def run_all(concurrencies: tuple[int, ...], repeat: int = 1, contenders: tuple[str, ...] = CONTENDERS,
             streams: int = STREAMS) -> list[dict[str, Any]]:
     """Every contender at every concurrency, taking turns within each round; medians of the rounds."""
@@ -339,11 +365,13 @@ def run_all(concurrencies: tuple[int, ...], repeat: int = 1, contenders: tuple[s
                     row["contender"] = contender
                     print(row, file=sys.stderr, flush=True)
                     rounds[contender].append(row)
+            _round_ratios(rounds)
             direct = [r["p99_itl_ms"] for r in rounds.get("direct", []) if r["p99_itl_ms"] is not None]
             direct_p99 = statistics.median(direct) if direct else None
             for contender, runs in rounds.items():
                 row = dict(runs[0])
-                for key in ("median_itl_ms", "p99_itl_ms", "server_p99_late_ms", "cpu_s", "cpu_us_per_chunk"):
+                for key in ("median_itl_ms", "p99_itl_ms", "server_p99_late_ms", "cpu_s", "cpu_us_per_chunk",
+                            "vs_nginx", "vs_no_tap"):
                     values = [r[key] for r in runs if r[key] is not None]
                     row[key] = statistics.median(values) if values else None
                 row["failed"] = sum(r["failed"] for r in runs)
@@ -445,14 +473,8 @@ def table(rows: list[dict[str, Any]]) -> str:
              "p99 ITL ms | added p99 ms | server's own p99 late ms |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
-    def base(name: str) -> dict[int, float]:
-        return {r["concurrency"]: r["cpu_us_per_chunk"] for r in rows if r["contender"] == name}
-
-    nginx, floor = base("nginx"), base("native --no-tap")
     for r in rows:
-        cpu = r["cpu_us_per_chunk"]
-        vs_nginx = cpu / nginx[r["concurrency"]] if cpu and nginx.get(r["concurrency"]) else None
-        vs_floor = cpu / floor[r["concurrency"]] if cpu and floor.get(r["concurrency"]) else None
+        cpu, vs_nginx, vs_floor = r["cpu_us_per_chunk"], r.get("vs_nginx"), r.get("vs_no_tap")
         lines.append(f"| {r['concurrency']} | {r['contender']} | {r['completed']}/{r['completed'] + r['failed']} | "
                      f"{_num(cpu, '.1f')} | {_num(vs_nginx, '.2f')}x | {_num(vs_floor, '.2f')}x | "
                      f"{_num(r['median_itl_ms'], '.2f')} | {_num(r['p99_itl_ms'], '.2f')} | "
@@ -517,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     result: dict[str, Any] = {}
+    result["engines"] = {"server": " ".join(server_engine()) or "default", "client": " ".join(client_engine()) or "default"}
+    print(f"synthetic server: {result['engines']['server']}; rapidsse measure: {result['engines']['client']}",
+          file=sys.stderr, flush=True)
     if args.concurrency:
         result["cost"] = run_all(tuple(args.concurrency), args.repeat, tuple(args.contenders), args.streams)
         print(table(result["cost"]), flush=True)
