@@ -1,30 +1,35 @@
-"""Can the serving benchmark be trusted? ``rapidsse serve --synthetic`` paces every token exactly
-(one every ``1000 / rate`` ms); a client that measures a different inter-token latency is
-measuring itself. This runs the server pinned to one core and the clients on the other, at rising
-concurrency (streams in flight at 50 tokens/s each), and reports per client the error of the
-measured median and p99 ITL against the paced truth and the client's CPU time per token:
+"""Can the serving benchmark be trusted, and what does it cost? ``rapidsse serve --synthetic`` paces
+every token exactly (one every ``1000 / rate`` ms); a client that measures a different inter-token
+latency is measuring itself. This runs the server pinned to one core (the native engine where the
+extension has it) and the clients on the other, at rising concurrency (streams in flight, 200
+tokens at 50 tokens/s each), and reports per client the error of the measured median and p99 ITL
+against the paced truth, the server's own p99 error as it sent the gaps and its lateness, the
+client's CPU time per token, and whether the client says it was saturated:
 
-- ``rapidsse measure``: the harness of :mod:`rapidsse.serving.measure` (an asyncio protocol per request,
-  httptools framing, rapidsse's typed decoder), a token counted at the kernel's receive timestamp
-  of its bytes (Linux; elsewhere when read);
-- ``rapidsse measure, read timestamps``: the same, a token counted when the event loop read it
-  (``--timestamps read``), as the two others do;
-- ``aiohttp + rapidsse``: aiohttp's streaming reads with the same decoder (what the transport
-  costs);
+- ``rapidsse measure --engine native``: the Rust client of :mod:`rapidsse.serving.measure` (tokio
+  tasks, pooled HTTP/1.1, the protocol's token counter in Rust), a token counted at the kernel's
+  receive timestamp of its bytes (Linux; elsewhere when read);
+- ``rapidsse measure --engine asyncio``: the asyncio client (a protocol per request, httptools
+  framing, rapidsse's typed decoder), the same timestamps;
+- ``rapidsse measure, read timestamps``: the asyncio client counting a token when the event loop
+  read it (``--timestamps read``), as the two others do (``--clients``);
+- ``aiohttp + rapidsse``: aiohttp's streaming reads with the same decoder (``--clients``);
 - ``aiohttp + json.loads``: a vLLM-style client, as ``vllm bench serve``'s request function reads a
   chat stream: aiohttp's reads, each stripped and split on blank lines by hand, a JSON parse to see
   whether a trailing message is complete, then ``json.loads`` per message.
 
-All three use the same open-loop driver (due times, a slot cap, latency from the due time), the
-same event loop (uvloop's when installed, as ``rapidsse measure`` picks) and the same statistics
-(:func:`rapidsse.serving.measure.summarize`), in the same run.
+All use the same open-loop schedule (due times, a slot cap, latency from the due time) and the same
+statistics (:func:`rapidsse.serving.measure.summarize`), in the same run; the Python clients the
+same event loop (uvloop's when installed, as ``rapidsse measure`` picks). A client's CPU is this
+process's (every thread's: the native engine's runtime included) over the run.
 
     pytest benches/test_serving.py -s --benchmark-columns=median,rounds   # the table on stdout
-    python benches/test_serving.py --repeat 3 --plot docs/serving-benchmark.png   # table and chart
+    python benches/test_serving.py --repeat 3 --json serving.json --plot docs/serving-benchmark.png
 
-Each point runs ``2 x concurrency`` requests of 60 tokens (about 4 s). The server reports how it
-kept its own schedule during each run (``/health``): on a shared machine its core is not always
-its own, and the column "server's own p99 error" says how much of a client's error came from there.
+Each point runs ``2 x concurrency`` requests (about 8 s of schedule plus a stream). The server
+reports how it kept its own schedule during each run (``/health``): on a shared machine its core
+is not always its own, and the columns "server's own p99 error" and "server p99 late" say how much
+of a client's error came from there.
 
 Past one core (``test_serving_scale_out``, or ``--scale``): at 512, 1024 and 2048 streams the
 server runs with ``--workers 2`` and the client as ``rapidsse measure --workers 1`` (one process),
@@ -48,7 +53,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -56,9 +61,9 @@ import pytest
 from rapidsse.serving import measure as m
 
 RATE = 50.0  # tokens per second per stream
-TOKENS = 60
+TOKENS = 200
 TTFT = 0.1
-CONCURRENCIES = (16, 64, 128, 256, 384, 512)
+CONCURRENCIES = (64, 256, 1024, 2048, 4096)
 TRUTH_MS = 1000.0 / RATE
 PROTOCOL = "chat"
 
@@ -75,6 +80,10 @@ def _cores() -> tuple[set[int], set[int]] | None:
     return ({cores[0]}, {cores[1]}) if len(cores) >= 2 else None
 
 
+SERVER_ENGINE = ("--engine", "native") if m.native_available() else ()
+"""The synthetic server's engine: native where the extension has it (one core paces 2048 streams)."""
+
+
 class Server:
     """``rapidsse serve --synthetic`` in a subprocess pinned to the server core (``pin``), with
     ``workers`` processes on its port."""
@@ -82,7 +91,7 @@ class Server:
     def __init__(self, pin: set[int] | None, workers: int = 1, tokens: int = TOKENS) -> None:
         command = [sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--tokens", str(tokens), "--rate",
                    str(RATE), "--ttft", str(TTFT * 1000), "--port", "0", "--log-level", "warning",
-                   "--workers", str(workers)]
+                   "--workers", str(workers), *SERVER_ENGINE]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
                                         preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
         banner = self.process.stderr.readline()
@@ -244,20 +253,29 @@ class _VllmStyleSplitter:
         return messages
 
 
-def _rapidsse_measure(timestamps: str) -> Callable[[str, int, float, int], m.Run]:
+def _rapidsse_measure(timestamps: str, engine: str = "asyncio") -> Callable[[str, int, float, int], m.Run]:
     def run(url: str, count: int, rate: float, concurrency: int) -> m.Run:
         return m.run_loop(m.measure(url, _bodies(), protocol=PROTOCOL, num_prompts=count, request_rate=rate,
-                                    max_concurrency=concurrency, seed=0, timeout=120, timestamps=timestamps))
+                                    max_concurrency=concurrency, seed=0, timeout=300, timestamps=timestamps,
+                                    engine=engine))
 
     return run
 
 
 CLIENTS: dict[str, Callable[[str, int, float, int], m.Run]] = {
-    "rapidsse measure": _rapidsse_measure("auto"),
+    "rapidsse measure --engine native": _rapidsse_measure("auto", "native"),
+    "rapidsse measure --engine asyncio": _rapidsse_measure("auto"),
     "rapidsse measure, read timestamps": _rapidsse_measure("read"),
     "aiohttp + rapidsse": _aiohttp_client("rapidsse"),
     "aiohttp + json.loads": _aiohttp_client("json.loads"),
 }
+DEFAULT_CLIENTS = ("rapidsse measure --engine native", "rapidsse measure --engine asyncio", "aiohttp + json.loads")
+"""The clients of the published table; the others on ``--clients``."""
+
+
+def _clients(names: Sequence[str] = DEFAULT_CLIENTS) -> dict[str, Callable[[str, int, float, int], m.Run]]:
+    """``names`` that this process can run (the native engine needs the Rust backend)."""
+    return {name: CLIENTS[name] for name in names if "--engine native" not in name or m.native_available()}
 
 
 def _scaled(workers: int, ray: bool) -> Callable[[str, int, float, int], m.Run]:
@@ -318,6 +336,10 @@ def run_point(server: Server, client: str, concurrency: int,
         "parent_cpu_us_per_token": parent_cpu / tokens * 1e6 if tokens else float("nan"),
         "tokens": tokens,
         "server_p99_late_ms": sent["lateness"]["p99_ms"],
+        "multi_token_reads": report.get("multi_token_reads", 0),
+        "token_reads": report.get("token_reads", 0),
+        "client_cpu_share": cpu / run.duration if run.duration else float("nan"),
+        "client_saturated": bool(report.get("client_saturated")),
         "server_median_itl_error_ms": sent["itl"]["median_ms"] - TRUTH_MS,
         "server_p99_itl_error_ms": sent["itl"]["p99_ms"] - TRUTH_MS,
         "output_tokens_per_s": report["output_throughput"],
@@ -347,7 +369,11 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("median ITL error ms", lambda r: f"{r['median_itl_error_ms']:+.2f}"),
         ("p99 ITL error ms", lambda r: f"{r['p99_itl_error_ms']:+.2f}"),
         ("server's own p99 error ms", lambda r: f"{r['server_p99_itl_error_ms']:+.2f}"),
-        ("client CPU µs/token", lambda r: f"{r['cpu_us_per_token']:.0f}"),
+        ("server p99 late ms", lambda r: f"{r['server_p99_late_ms']:.2f}"),
+        ("client CPU µs/token", lambda r: f"{r['cpu_us_per_token']:.1f}"),
+        ("client CPU share", lambda r: f"{r['client_cpu_share']:.2f}"),
+        ("reads of several tokens", lambda r: f"{r['multi_token_reads']:,.0f} of {r['token_reads']:,.0f}"),
+        ("saturated", lambda r: "yes" if r["client_saturated"] else "no"),
     ])
 
 
@@ -439,8 +465,10 @@ def _bench_point(benchmark: Any, group: str, rows: list[dict[str, Any]], *args: 
 
 
 @pytest.mark.parametrize("concurrency", CONCURRENCIES)
-@pytest.mark.parametrize("client", list(CLIENTS))
+@pytest.mark.parametrize("client", DEFAULT_CLIENTS)
 def test_serving_client(benchmark, server, rows, client, concurrency):
+    if client not in _clients():
+        pytest.skip("the native engine needs the Rust backend")
     row = _bench_point(benchmark, f"serving: {concurrency} streams", rows, server, client, concurrency)
     assert row["completed"] == 2 * concurrency, row
 
@@ -480,7 +508,9 @@ def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One row from repeats of a point: the median of each number (failures: the sum)."""
     merged = dict(rows[0])
     for key, value in rows[0].items():
-        if isinstance(value, float):
+        if isinstance(value, bool):  # saturated in any run: said so
+            merged[key] = any(r[key] for r in rows)
+        elif isinstance(value, (int, float)) and key not in ("concurrency", "failed"):
             merged[key] = statistics.median(r[key] for r in rows)
     merged["failed"] = sum(r["failed"] for r in rows)
     merged["failure_reasons"] = dict(sum((Counter(r["failure_reasons"]) for r in rows), Counter()))
@@ -493,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", metavar="FILE.png", help="also draw the chart")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCIES))
+    parser.add_argument("--clients", nargs="+", default=list(DEFAULT_CLIENTS), choices=list(CLIENTS))
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each point, the clients taking turns; the table gives their medians")
     parser.add_argument("--scale", action="store_true",
@@ -504,7 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     cores = _cores()
     if cores is not None:
         os.sched_setaffinity(0, cores[1])
-    collected = interleaved(Server(cores[0] if cores else None), CLIENTS, args.concurrency, args.repeat, args.json)
+    print(f"synthetic server: {' '.join(SERVER_ENGINE) or 'default engine'}", file=sys.stderr, flush=True)
+    collected = interleaved(Server(cores[0] if cores else None), _clients(args.clients), args.concurrency,
+                            args.repeat, args.json)
     print(table(collected))
     if args.plot:
         plot(collected, args.plot)
