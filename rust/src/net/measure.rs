@@ -24,7 +24,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -121,39 +120,6 @@ struct Shared {
     texts: Texts,
     idle: Mutex<Vec<Conn>>,
     grants: Mutex<HashMap<u64, oneshot::Sender<()>>>,
-    /// When the scheduler sends its next request (see [`NextDue`]).
-    next_due: Arc<NextDue>,
-}
-
-/// The time of the scheduler's next request, for the worker's pause before it parks (see
-/// [`coalesce_reads`]): no request is sent later for it.
-struct NextDue {
-    epoch: Instant,
-    /// Nanoseconds from `epoch`; `u64::MAX`: none waiting.
-    at: AtomicU64,
-}
-
-impl NextDue {
-    fn new() -> NextDue {
-        NextDue {
-            epoch: Instant::now(),
-            at: AtomicU64::new(u64::MAX),
-        }
-    }
-
-    fn set(&self, due: Option<Instant>) {
-        let at = due.map_or(u64::MAX, |due| {
-            due.saturating_duration_since(self.epoch).as_nanos() as u64
-        });
-        self.at.store(at, Ordering::Relaxed);
-    }
-
-    /// The pause before parking: `coalesce`, or less when the next request is due sooner.
-    fn pause(&self, coalesce: Duration) -> Duration {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        let until = self.at.load(Ordering::Relaxed).saturating_sub(now);
-        coalesce.min(Duration::from_nanos(until))
-    }
 }
 
 /// A client: its own runtime (one worker thread: one core, as the asyncio engine's one loop), the
@@ -165,27 +131,6 @@ pub struct Client {
     tx: Mutex<Option<mpsc::Sender<Message>>>,
     rx: Mutex<mpsc::Receiver<Message>>,
 }
-
-/// How long the worker waits, when it has nothing to do, before it looks for what arrived: with
-/// kernel timestamps a token's time is when its bytes reached the socket, however late it is read,
-/// so the worker wakes once for all the tokens of that window instead of once per token. Never
-/// past the next request's due time ([`NextDue`]), and none without kernel timestamps, where the
-/// time a read is taken is the token's time. `RAPIDSSE_MEASURE_COALESCE_US` sets it (0: none).
-fn coalesce_reads(kernel_timestamps: bool) -> Duration {
-    if !kernel_timestamps {
-        return Duration::ZERO;
-    }
-    let micros = std::env::var("RAPIDSSE_MEASURE_COALESCE_US")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(COALESCE_US);
-    Duration::from_micros(micros)
-}
-
-const COALESCE_US: u64 = 1000;
-
-/// A pause shorter than this is not taken (a sleep costs a wake-up of its own).
-const MIN_PAUSE: Duration = Duration::from_micros(50);
 
 impl Client {
     /// A client of `target` (its address resolved here); request `i` sends `bodies[i % len]`.
@@ -205,23 +150,10 @@ impl Client {
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve {}: {e}", target.host))?
             .collect();
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("rapidsse-measure")
-            .enable_all();
-        let next_due = Arc::new(NextDue::new());
-        let coalesce = coalesce_reads(target.kernel_timestamps);
-        if !coalesce.is_zero() {
-            let next_due = next_due.clone();
-            builder.on_thread_park(move || {
-                let pause = next_due.pause(coalesce);
-                if pause >= MIN_PAUSE {
-                    std::thread::sleep(pause);
-                }
-            });
-        }
-        let runtime = builder
+            .enable_all()
             .build()
             .map_err(|e| format!("the runtime cannot start: {e}"))?;
         let (tx, rx) = mpsc::channel();
@@ -235,7 +167,6 @@ impl Client {
                 texts,
                 idle: Mutex::new(Vec::new()),
                 grants: Mutex::new(HashMap::new()),
-                next_due,
             }),
             stop_tx: watch::channel(false).0,
             tx: Mutex::new(Some(tx)),
@@ -292,7 +223,6 @@ impl Client {
                 // (Not for a request already due: tokio's timer would hold it to its next
                 // millisecond tick, and every request due at once would wait one tick more.)
                 if due > Instant::now() {
-                    shared.next_due.set(Some(due));
                     tokio::select! {
                         _ = tokio::time::sleep_until(due.into()) => {}
                         _ = stop.wait_for(|s| *s) => break,
@@ -323,7 +253,6 @@ impl Client {
                     let _ = tx.send(Message::Sample(Box::new(sample)));
                 }));
             }
-            shared.next_due.set(None);
             for task in tasks {
                 let _ = task.await;
             }
@@ -1326,23 +1255,6 @@ transfer-encoding: chunked\r\n\r\n5;ext=1\r\ndata:\r\n10\r\n 0123456789abcde\r\n
         ] {
             assert!(parts(bad, &[]).is_err(), "{}", String::from_utf8_lossy(bad));
         }
-    }
-
-    #[test]
-    fn the_pause_before_parking_never_runs_past_the_next_request() {
-        let next = NextDue::new();
-        let coalesce = Duration::from_millis(1);
-        assert_eq!(next.pause(coalesce), coalesce, "nothing due: the whole pause");
-        next.set(Some(Instant::now() + Duration::from_secs(5)));
-        assert_eq!(next.pause(coalesce), coalesce, "due later: the whole pause");
-        next.set(Some(Instant::now() + Duration::from_micros(300)));
-        let pause = next.pause(coalesce);
-        assert!(pause <= Duration::from_micros(300), "{pause:?}");
-        next.set(Some(Instant::now()));
-        assert_eq!(next.pause(coalesce), Duration::ZERO, "due now: none");
-        next.set(None);
-        assert_eq!(next.pause(coalesce), coalesce);
-        assert!(coalesce_reads(false).is_zero(), "read timestamps: never a pause");
     }
 
     #[test]
