@@ -361,6 +361,12 @@ def _markdown(rows: list[dict[str, Any]], columns: list[tuple[str, Callable[[dic
     return "\n".join(lines)
 
 
+def _tells(row: dict[str, Any]) -> bool:
+    """Whether the client of ``row`` checks its own saturation (``rapidsse measure`` does; the
+    aiohttp clients count neither their reads nor their CPU)."""
+    return row["client"].startswith("rapidsse measure")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The results as a markdown table: per concurrency and client, the measured ITL's error
     against the paced truth, the same for the ITLs as the server sent them (what the server itself
@@ -372,8 +378,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("server p99 late ms", lambda r: f"{r['server_p99_late_ms']:.2f}"),
         ("client CPU µs/token", lambda r: f"{r['cpu_us_per_token']:.1f}"),
         ("client CPU share", lambda r: f"{r['client_cpu_share']:.2f}"),
-        ("reads of several tokens", lambda r: f"{r['multi_token_reads']:,.0f} of {r['token_reads']:,.0f}"),
-        ("saturated", lambda r: "yes" if r["client_saturated"] else "no"),
+        ("reads of several tokens", lambda r: f"{r['multi_token_reads']:,.0f} of {r['token_reads']:,.0f}"
+         if _tells(r) else "—"),
+        ("says saturated", lambda r: ("yes" if r["client_saturated"] else "no") if _tells(r) else "—"),
     ])
 
 
