@@ -275,7 +275,8 @@ impl Gateway {
         });
         let listener = {
             let _entered = runtime.enter();
-            bind(config.listen).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?
+            bind(config.listen, false)
+                .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?
         };
         let addr = listener
             .local_addr()
@@ -357,13 +358,21 @@ impl Drop for Gateway {
     }
 }
 
-fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+/// A listener on `addr` (`SO_REUSEADDR`; `SO_REUSEPORT` too when several listeners share the
+/// port, as the synthetic server's workers do), with a backlog for bursts of connections.
+pub(super) fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<tokio::net::TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    if reuse_port {
+        socket.set_reuseport(true)?;
+    }
+    #[cfg(not(unix))]
+    let _ = reuse_port; // (one listener per port there)
     socket.bind(addr)?;
     socket.listen(4096)
 }

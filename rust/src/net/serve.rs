@@ -289,7 +289,7 @@ impl Server {
         let addr = self.addr;
         let listener = {
             let _entered = runtime.enter();
-            bind(addr, self.shared.workers > 1)
+            super::gateway::bind(addr, self.shared.workers > 1)
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?
         };
         self.addr = listener
@@ -326,20 +326,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    if reuse_port {
-        socket.set_reuseport(true)?;
-    }
-    socket.bind(addr)?;
-    socket.listen(4096)
 }
 
 /// One worker: accepts and serves until told to stop; its runtime then ends (with it the
