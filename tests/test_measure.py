@@ -628,8 +628,8 @@ def test_command_line_exit_codes(tmp_path, engine):
 
 
 def _corpus_app(files):
-    """Serves each recording at ``/{protocol}/{stem}`` + the protocol's route, in pieces of 97
-    bytes (one write each), as a stream."""
+    """Serves each recording at ``/{protocol}/{stem}`` + the protocol's route, as a stream in
+    pieces cut at odd places (97 bytes, or a 64th of a long recording; one write each)."""
     from starlette.applications import Starlette
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
@@ -640,7 +640,8 @@ def _corpus_app(files):
         path = by_name[request.path_params["name"]]
 
         async def body():
-            for piece in chunked(path.read_bytes(), 97):
+            data = path.read_bytes()
+            for piece in chunked(data, max(97, len(data) // 64 | 1)):
                 yield piece
 
         return StreamingResponse(body(), media_type="text/event-stream")
