@@ -627,6 +627,15 @@ def test_command_line_exit_codes(tmp_path, engine):
 # --- Both engines: token counts, timestamps, saturation -------------------------------------------------
 
 
+async def _read_request(reader):
+    """One request off a raw connection (its head, then its ``content-length`` of body);
+    IncompleteReadError when the client closed it."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    await reader.readexactly(length)
+
+
 def _corpus_app(files):
     """Serves each recording at ``/{protocol}/{stem}`` + the protocol's route, as a stream in
     pieces cut at odd places (97 bytes, or a 64th of a long recording; one write each)."""
@@ -799,10 +808,7 @@ def test_https_with_the_roots_of_ssl_cert_file(engine, tmp_path, monkeypatch):
     async def handle(reader, writer):
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length")))
-                await reader.readexactly(length)
+                await _read_request(reader)
                 writer.write(reply)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
@@ -841,10 +847,7 @@ def test_the_native_engine_keeps_connections_alive_and_retries_one_closed_while_
             connections.append(writer)
             try:
                 while True:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                      if line.lower().startswith(b"content-length")))
-                    await reader.readexactly(length)
+                    await _read_request(reader)
                     writer.write(reply)
                     await writer.drain()
                     if close_after_reply:
