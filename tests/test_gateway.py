@@ -777,17 +777,16 @@ class KeepAliveRace:
         self._loop.close()
 
 
-# asyncio engine only: the resend works around aiohttp's pool (it resends only idempotent methods).
-def test_a_request_on_a_pooled_connection_upstream_just_closed_is_sent_once_more():
+def test_a_request_on_a_pooled_connection_upstream_just_closed_is_sent_once_more(engine):
     """The keep-alive race: the second request goes out on the pooled connection of the first,
-    which upstream closes unanswered. aiohttp resends only idempotent methods by itself (not a
-    POST, per RFC 9112 9.3.1); the gateway sends it once more on a new connection. The client
-    gets one correct reply to each request, and upstream answers each exactly once: the first,
-    already answered, is not sent again."""
+    which upstream closes unanswered. Neither aiohttp's pool nor hyper's resends a POST written
+    on a connection (RFC 9112 9.3.1); the gateway sends it once more on a new connection. The
+    client gets one correct reply to each request, and upstream answers each exactly once: the
+    first, already answered, is not sent again."""
     upstream = KeepAliveRace()
     records = Records()
     try:
-        with BackgroundServer(create_gateway(upstream.url, on_complete=records)) as gateway, \
+        with gateway_on(engine, upstream.url, on_complete=records) as gateway, \
                 httpx.Client(timeout=TIMEOUT) as client:
             replies = [client.post(gateway.url + "/v1/chat/completions", json={"model": "m", "n": n})
                        for n in (1, 2)]

@@ -851,12 +851,24 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
         Ok(uri) => uri,
         Err(message) => return refuse(&shared, record, started, StatusCode::BAD_REQUEST, &message),
     };
-    let mut upstream_req = Request::new(Full::new(body));
-    *upstream_req.method_mut() = method;
-    *upstream_req.uri_mut() = uri;
-    *upstream_req.headers_mut() = header_map(&headers);
-
-    let sent = shared.client.request(upstream_req);
+    let upstream_headers = header_map(&headers);
+    let request = || {
+        let mut upstream_req = Request::new(Full::new(body.clone()));
+        *upstream_req.method_mut() = method.clone();
+        *upstream_req.uri_mut() = uri.clone();
+        *upstream_req.headers_mut() = upstream_headers.clone();
+        upstream_req
+    };
+    // The keep-alive race: upstream closed a pooled connection just as the request was written
+    // on it, and it never answered. hyper's pool resends only what it had not written yet; this
+    // sends such a request once more, on a new connection (as the asyncio engine does). A
+    // refused connect is not sent again.
+    let sent = async {
+        match shared.client.request(request()).await {
+            Err(e) if closed_unanswered(&e) => shared.client.request(request()).await,
+            other => other,
+        }
+    };
     let reply = match shared.config.read_timeout {
         Some(limit) => match tokio::time::timeout(limit, sent).await {
             Ok(reply) => reply.map_err(|e| describe_client_error(&e)),
@@ -923,6 +935,23 @@ fn fmt_secs(d: Duration) -> String {
     } else {
         format!("{s}")
     }
+}
+
+/// Whether the request failed because upstream closed the connection before any reply (not a
+/// connect error: nothing was refused).
+fn closed_unanswered(err: &hyper_util::client::legacy::Error) -> bool {
+    use std::error::Error as _;
+    if err.is_connect() {
+        return false;
+    }
+    let mut source = err.source();
+    while let Some(inner) = source {
+        if let Some(e) = inner.downcast_ref::<hyper::Error>() {
+            return e.is_incomplete_message();
+        }
+        source = inner.source();
+    }
+    false
 }
 
 /// The client error's kind and message, as `Kind: message`.
