@@ -100,13 +100,13 @@ def test_pacing_schedule_and_validation():
 # --- The openai SDK ------------------------------------------------------------------------------
 
 
-def test_openai_sdk_responses_on_the_corpus():
+def test_openai_sdk_responses_on_the_corpus(engine):
     """One server with the Responses recordings: requests rotate through them in order, so each
     pass of ``len(files)`` requests meets every file once. (The files over 50 KB are left to the
     httpx tests: the SDK's per-event pydantic work makes them slow.)"""
     openai = pytest.importorskip("openai")
     files = [p for p in RESPONSES if p.stat().st_size < 50_000]
-    with ReplayServer(files) as server:
+    with ReplayServer(files, engine=engine) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
         with warnings.catch_warnings():
             # the SDK's own serializer warns about recorded fields newer or older than its models
@@ -129,12 +129,12 @@ def test_openai_sdk_responses_on_the_corpus():
 
 @pytest.mark.parametrize("path", [p for p in CHATS if p.stem.startswith(("openai-python", "test_zai", "test_groq"))],
                          ids=lambda p: p.stem)
-def test_openai_sdk_chat(path):
+def test_openai_sdk_chat(path, engine):
     openai = pytest.importorskip("openai")
     acc = accumulated(path)
     completion = acc.completion
     messages = [{"role": "user", "content": "hi"}]
-    with ReplayServer([path]) as server:
+    with ReplayServer([path], engine=engine) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
         if any(w.startswith("error event") for w in acc.warnings):
             # an error chunk: the SDK raises, as it would against the server that sent it
@@ -154,9 +154,9 @@ def test_openai_sdk_chat(path):
 # --- httpx: bytes as recorded, concurrent streams, pacing ----------------------------------------
 
 
-def test_httpx_sync_rotates_and_bytes_equal_the_files():
+def test_httpx_sync_rotates_and_bytes_equal_the_files(engine):
     files = [TEXT_RESPONSE, RESPONSES[0]]
-    with ReplayServer(files + [TEXT_CHAT]) as server, httpx.Client(timeout=TIMEOUT) as client:
+    with ReplayServer(files + [TEXT_CHAT], engine=engine) as server, httpx.Client(timeout=TIMEOUT) as client:
         for i in range(4):
             with client.stream("POST", server.url + "/v1/responses", json={"stream": True}) as response:
                 assert response.status_code == 200
@@ -166,7 +166,7 @@ def test_httpx_sync_rotates_and_bytes_equal_the_files():
         assert body == TEXT_CHAT.read_bytes()
 
 
-def test_httpx_async_concurrent_streams():
+def test_httpx_async_concurrent_streams(engine):
     big = max(RESPONSES, key=lambda p: p.stat().st_size)
     files = {TEXT_RESPONSE.read_bytes(), big.read_bytes()}
 
@@ -180,15 +180,15 @@ def test_httpx_async_concurrent_streams():
 
             return await asyncio.gather(*(one() for _ in range(8)))
 
-    with ReplayServer([TEXT_RESPONSE, big], rate=2000) as server:
+    with ReplayServer([TEXT_RESPONSE, big], rate=2000, engine=engine) as server:
         bodies = asyncio.run(asyncio.wait_for(run(server.url + "/v1/responses"), TIMEOUT))
     assert set(bodies) == files and bodies.count(big.read_bytes()) == 4
 
 
-def test_pacing_delays_first_event_then_paces():
+def test_pacing_delays_first_event_then_paces(engine):
     path = TEXT_CHAT  # 34 SSE blocks
     events = load_recording(path).events
-    with ReplayServer([path], ttft=0.15, rate=200) as server, httpx.Client(timeout=TIMEOUT) as client:
+    with ReplayServer([path], ttft=0.15, rate=200, engine=engine) as server, httpx.Client(timeout=TIMEOUT) as client:
         start = time.perf_counter()
         with client.stream("POST", server.url + "/v1/chat/completions", json={"stream": True}) as response:
             first = None
@@ -200,8 +200,8 @@ def test_pacing_delays_first_event_then_paces():
     assert expected_total - 0.01 <= total < expected_total + 0.5
 
 
-def test_stream_false_returns_the_accumulated_object():
-    with ReplayServer([TEXT_RESPONSE, TEXT_CHAT]) as server, httpx.Client(timeout=TIMEOUT) as client:
+def test_stream_false_returns_the_accumulated_object(engine):
+    with ReplayServer([TEXT_RESPONSE, TEXT_CHAT], engine=engine) as server, httpx.Client(timeout=TIMEOUT) as client:
         for route, path, body in (
             ("/v1/responses", TEXT_RESPONSE, {"stream": False}),
             ("/v1/chat/completions", TEXT_CHAT, {}),
@@ -213,8 +213,8 @@ def test_stream_false_returns_the_accumulated_object():
             assert response.json() == to_builtins(final)
 
 
-def test_errors_and_health():
-    with ReplayServer([TEXT_RESPONSE]) as server, httpx.Client(timeout=TIMEOUT) as client:
+def test_errors_and_health(engine):
+    with ReplayServer([TEXT_RESPONSE], engine=engine) as server, httpx.Client(timeout=TIMEOUT) as client:
         health = client.get(server.url + "/health").json()
         assert health == {"status": "ok", "recordings": {"responses": 1, "chat": 0, "completions": 0, "anthropic": 0,
                                                          "gemini": 0, "realtime": 0}}
@@ -222,13 +222,22 @@ def test_errors_and_health():
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "no_recording"
         bad = client.post(server.url + "/v1/responses", content=b"{not json")
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+        listed = client.post(server.url + "/v1/responses", json=[1])
+        assert listed.status_code == 400 and listed.json()["error"]["code"] == "invalid_json"
+        assert client.get(server.url + "/v1/responses").status_code == 405
+        assert client.post(server.url + "/v1/nowhere", json={}).status_code == 404
+        websockets = pytest.importorskip("websockets")
+        from websockets.sync.client import connect
+
+        with pytest.raises(websockets.exceptions.InvalidStatus, match="403"):
+            connect(server.ws_url, open_timeout=TIMEOUT)
 
 
 # --- rapidsse measure ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("route,protocol", [("/v1/responses", "responses"), ("/v1/chat/completions", "chat")])
-def test_measure_subprocess(tmp_path, route, protocol):
+def test_measure_subprocess(tmp_path, route, protocol, engine):
     report_file = tmp_path / "report.json"
     path = TEXT_RESPONSE if protocol == "responses" else TEXT_CHAT
     deltas = sum(
@@ -236,7 +245,7 @@ def test_measure_subprocess(tmp_path, route, protocol):
         if (protocol == "responses" and e.type == "response.output_text.delta")
         or (protocol == "chat" and any(c.delta and c.delta.content for c in e.choices))
     )
-    with ReplayServer([path], ttft=0.02, rate=1000) as server:
+    with ReplayServer([path], ttft=0.02, rate=1000, engine=engine) as server:
         done = subprocess.run(
             [sys.executable, "-m", "rapidsse", "measure", "--url", server.url + route, "--requests", "6",
              "--concurrency", "3", "--save-result", str(report_file), "--no-progress"],
@@ -256,10 +265,10 @@ def test_measure_subprocess(tmp_path, route, protocol):
     assert report["median_itl_ms"] >= 0
 
 
-def test_measure_reports_a_missing_recording():
+def test_measure_reports_a_missing_recording(engine):
     from rapidsse.serving.measure import measure, request_body, summarize
 
-    with ReplayServer([TEXT_RESPONSE]) as server:
+    with ReplayServer([TEXT_RESPONSE], engine=engine) as server:
         run = asyncio.run(measure(server.url + "/v1/chat/completions", [request_body("chat", "x")], protocol="chat",
                                   num_prompts=2))
     report = summarize(run)
@@ -271,7 +280,7 @@ def test_measure_reports_a_missing_recording():
 
 
 @pytest.mark.parametrize("path", REALTIME[:4], ids=lambda p: p.stem)
-def test_realtime_websocket(path):
+def test_realtime_websocket(path, engine):
     pytest.importorskip("websockets")
     from websockets.sync.client import connect
 
@@ -281,7 +290,7 @@ def test_realtime_websocket(path):
         expected.feed(line)
     received = []
     acc = RealtimeAccumulator()
-    with ReplayServer([path], rate=2000) as server:
+    with ReplayServer([path], rate=2000, engine=engine) as server:
         with connect(server.ws_url, open_timeout=TIMEOUT, close_timeout=2) as ws:
             ws.send(json.dumps({"type": "session.update", "session": {}}))
             ws.send(json.dumps({"type": "response.create"}))
@@ -292,7 +301,7 @@ def test_realtime_websocket(path):
     assert acc.responses == expected.responses and acc.events == len(lines)
 
 
-def test_realtime_concurrent_sessions_async():
+def test_realtime_concurrent_sessions_async(engine):
     websockets = pytest.importorskip("websockets")
     files = REALTIME[:2]
 
@@ -303,20 +312,20 @@ def test_realtime_concurrent_sessions_async():
     async def run(url: str) -> list[list[str]]:
         return await asyncio.wait_for(asyncio.gather(*(session(url) for _ in range(4))), TIMEOUT)
 
-    with ReplayServer(files, ttft=0.01, rate=1000) as server:
+    with ReplayServer(files, ttft=0.01, rate=1000, engine=engine) as server:
         sessions = asyncio.run(run(server.ws_url))
     expected = [[line.decode() for line in p.read_bytes().splitlines() if line.strip()] for p in files]
     assert sorted(map(len, sessions)) == sorted(map(len, expected * 2))
     assert all(s in expected for s in sessions)
 
 
-def test_clients_leaving_early_do_not_disturb_the_server():
+def test_clients_leaving_early_do_not_disturb_the_server(engine):
     pytest.importorskip("websockets")
     from websockets.sync.client import connect
 
     path = REALTIME[0]
     lines = [line.decode() for line in path.read_bytes().splitlines() if line.strip()]
-    with ReplayServer([path, TEXT_CHAT], rate=100) as server, httpx.Client(timeout=TIMEOUT) as client:
+    with ReplayServer([path, TEXT_CHAT], rate=100, engine=engine) as server, httpx.Client(timeout=TIMEOUT) as client:
         with connect(server.ws_url, open_timeout=TIMEOUT, close_timeout=2) as ws:
             assert ws.recv(timeout=TIMEOUT) == lines[0]
         with client.stream("POST", server.url + "/v1/chat/completions", json={"stream": True}) as response:
@@ -350,14 +359,15 @@ def test_register_adds_serve_and_measure():
     assert serve.run(parser.parse_args(["serve", str(ROOT / "README.md")])) == 2  # not a recording
 
 
-def test_serve_command_line(tmp_path):
+def test_serve_command_line(tmp_path, engine):
     """``rapidsse serve`` in a subprocess on a free port: it prints its URL, serves, and stops."""
     command = [sys.executable, "-m", "rapidsse", "serve", str(TEXT_RESPONSE), str(REALTIME[0]), "--port", "0",
-               "--log-level", "warning"]
+               "--log-level", "warning", "--engine", engine]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         banner = process.stderr.readline()  # bounded: the server prints it before it starts serving
         assert "1 responses, 0 chat, 0 completions, 0 anthropic, 0 gemini, 1 realtime recording(s)" in banner, banner
+        assert ("native engine on http://127.0.0.1:" in banner) == (engine == "native"), banner
         base = banner.rsplit(" on ", 1)[1].strip()
         deadline = time.monotonic() + TIMEOUT
         while True:
@@ -382,7 +392,7 @@ def _sse_json(path: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("path", ANTHROPIC, ids=lambda p: p.stem)
-def test_anthropic_sdk_reads_the_replayed_recordings(path):
+def test_anthropic_sdk_reads_the_replayed_recordings(path, engine):
     anthropic = pytest.importorskip("anthropic")
     events = _sse_json(path)
     texts: dict[int, str] = {}
@@ -390,7 +400,7 @@ def test_anthropic_sdk_reads_the_replayed_recordings(path):
         if event["type"] == "content_block_delta" and event["delta"]["type"] == "text_delta":
             texts[event["index"]] = texts.get(event["index"], "") + event["delta"]["text"]
     stop = [e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta"]
-    with ReplayServer([path], rate=5000) as server:
+    with ReplayServer([path], rate=5000, engine=engine) as server:
         client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=TIMEOUT)
         with client.messages.stream(model="m", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as stream:
             streamed = list(stream)
@@ -409,11 +419,11 @@ def test_anthropic_sdk_reads_the_replayed_recordings(path):
                                                                          for e in events)
 
 
-def test_google_genai_reads_the_replayed_gemini_recordings():
+def test_google_genai_reads_the_replayed_gemini_recordings(engine):
     genai = pytest.importorskip("google.genai")
     from google.genai import types
 
-    with ReplayServer(GEMINI, rate=5000) as server:
+    with ReplayServer(GEMINI, rate=5000, engine=engine) as server:
         client = genai.Client(api_key="x", http_options=types.HttpOptions(base_url=server.url, timeout=10_000))
         streams = [list(client.models.generate_content_stream(model="gemini-x", contents="hi")) for _ in GEMINI]
         with httpx.Client(timeout=TIMEOUT) as http:
@@ -430,7 +440,7 @@ def test_google_genai_reads_the_replayed_gemini_recordings():
         assert chunks[-1].response_id == events[-1].get("responseId"), path.name
 
 
-def test_completions_recording_replayed_to_the_openai_sdk(tmp_path):
+def test_completions_recording_replayed_to_the_openai_sdk(tmp_path, engine):
     """A Completions recording (made by the synthetic server: the corpus has none) replayed at
     /v1/completions, byte for byte, and read by the openai SDK."""
     openai = pytest.importorskip("openai")
@@ -439,7 +449,7 @@ def test_completions_recording_replayed_to_the_openai_sdk(tmp_path):
         body = {"model": "m", "prompt": "a b c", "stream": True, "stream_options": {"include_usage": True}}
         recording.write_bytes(httpx.post(server.url + "/v1/completions", json=body, timeout=TIMEOUT).content)
     assert recording_protocol(recording.read_bytes()) == "completions"
-    with ReplayServer([recording], rate=2000) as server:
+    with ReplayServer([recording], rate=2000, engine=engine) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
         chunks = list(client.completions.create(model="m", prompt="hi", stream=True))
         raw = httpx.post(server.url + "/v1/completions", json={"stream": True}, timeout=TIMEOUT).content
@@ -522,18 +532,21 @@ def test_synthetic_native_bodies_are_the_asyncio_ones_byte_for_byte():
 
 
 def test_engine_choice():
-    assert choose_engine("asyncio", synthetic=False) == choose_engine("asyncio", synthetic=True) == "asyncio"
-    assert choose_engine(None, synthetic=False) == "asyncio"  # replay has only asyncio
-    assert choose_engine(None, synthetic=True) == ("asyncio" if native_skip() else "native")
-    with pytest.raises(ValueError, match="--synthetic streams only"):
-        choose_engine("native", synthetic=False)
+    assert choose_engine("asyncio") == "asyncio"
+    assert choose_engine(None) == ("asyncio" if native_skip() else "native")
     if rapidsse.BACKEND == "python":
         with pytest.raises(ValueError, match="pure-Python backend"):
-            choose_engine("native", synthetic=True)
+            choose_engine("native")
         with pytest.raises(ValueError, match="pure-Python backend"):
             SyntheticServer(engine="native")
+        with pytest.raises(ValueError, match="pure-Python backend"):
+            ReplayServer([TEXT_CHAT], engine="native")
+    else:
+        assert choose_engine("native") == "native"
     with pytest.raises(ValueError, match="one of native, asyncio"):
-        choose_engine("trio", synthetic=True)
+        choose_engine("trio")
+    with pytest.raises(ValueError, match="workers=N is for engine='native'"):
+        ReplayServer([TEXT_CHAT], engine="asyncio", workers=2)
 
 
 def test_synthetic_responses_with_the_openai_sdk(synthetic):
@@ -723,20 +736,30 @@ def test_serve_synthetic_workers_share_the_port_and_health(engine):
         process.terminate()
         process.wait(timeout=TIMEOUT)
         process.stderr.close()
-    bad = subprocess.run([sys.executable, "-m", "rapidsse", "serve", "x.sse", "--workers", "2"], capture_output=True,
-                         text=True, timeout=TIMEOUT)
-    assert bad.returncode == 1 and "--workers is for --synthetic" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "rapidsse", "serve", "x.sse", "--workers", "2", "--engine", "asyncio"],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert bad.returncode == 1 and "--workers replays on --engine native only" in bad.stderr, bad.stderr
 
 
-def test_serve_engine_native_refuses_replay_and_the_pure_backend():
-    replay = subprocess.run([sys.executable, "-m", "rapidsse", "serve", str(TEXT_CHAT), "--engine", "native"],
-                            capture_output=True, text=True, timeout=TIMEOUT)
-    assert replay.returncode == 1
-    assert "the native engine serves --synthetic streams only" in replay.stderr, replay.stderr
-    if rapidsse.BACKEND == "python":
-        pure = subprocess.run([sys.executable, "-m", "rapidsse", "serve", "--synthetic", "--engine", "native",
-                               "--port", "0"], capture_output=True, text=True, timeout=TIMEOUT)
+def test_serve_engine_native_refuses_the_pure_backend():
+    if rapidsse.BACKEND != "python":
+        pytest.skip("the pure-Python backend's refusal")
+    for what in (["--synthetic"], [str(TEXT_CHAT)]):
+        pure = subprocess.run([sys.executable, "-m", "rapidsse", "serve", *what, "--engine", "native", "--port", "0"],
+                              capture_output=True, text=True, timeout=TIMEOUT)
         assert pure.returncode == 1 and "pure-Python backend" in pure.stderr, pure.stderr
+
+
+def test_native_replay_workers_share_one_rotation():
+    """``serve FILE... --engine native --workers 2``: two threads on the one port, and the
+    requests rotate through the recordings whichever thread answers."""
+    if native_skip():
+        pytest.skip(native_skip())
+    files = [TEXT_RESPONSE, RESPONSES[0]]
+    with ReplayServer(files, engine="native", workers=2) as server:
+        bodies = [httpx.post(server.url + "/v1/responses", json={"stream": True}, timeout=TIMEOUT).content
+                  for _ in range(6)]
+    assert bodies == [f.read_bytes() for f in files] * 3
 
 
 def test_serve_synthetic_cannot_listen(engine):

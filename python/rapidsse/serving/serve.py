@@ -47,14 +47,16 @@ deadline instead of up to a millisecond late (the resolution of the event loop's
 The routes are plain ASGI callables (no per-token Starlette machinery), so one uvicorn process
 sustains hundreds of concurrent streams. Non-streaming requests get an error (400).
 
-**Engines** (``--engine native|asyncio``). The synthetic server runs on uvicorn (``asyncio``, the
-ASGI app above) or on the *native* engine: the same routes and the same bytes in Rust (hyper on
-tokio, ``rust/src/net/serve.rs``), with no Python per token; the default on the Rust backend (the
-pure-Python backend has only ``asyncio``). Replay runs on ``asyncio`` only: ``--engine native``
-without ``--synthetic`` is an error. ``--workers N`` keeps its meaning on both (N servers on the
-one port with ``SO_REUSEPORT``, each pacing its own streams with its own clock, ``/health``
-reporting them all): N processes for ``asyncio``, N threads of one process for ``native``, each
-with its own single-threaded runtime.
+**Engines** (``--engine native|asyncio``). Both servers run on uvicorn (``asyncio``, the ASGI
+apps above) or on the *native* engine: the same routes and the same bytes in Rust (hyper on
+tokio, ``rust/src/net/serve.rs`` and ``replay.rs``; the Realtime WebSocket on tokio-tungstenite),
+with no Python per event; the default on the Rust backend (the pure-Python backend has only
+``asyncio``). For replay, Python reads the recordings (protocol, pieces, final object) and hands
+them to the engine once. ``--workers N`` (synthetic on both engines, replay on ``native``) runs N
+servers on the one port with ``SO_REUSEPORT``, each pacing its own streams with its own clock,
+``/health`` reporting them all: N processes for ``asyncio``, N threads of one process for
+``native``, each with its own single-threaded runtime (a replay server's threads share one
+rotation).
 
 For tests and scripts, :class:`ReplayServer` and :class:`SyntheticServer` run it on a free port in
 a background thread::
@@ -932,6 +934,9 @@ class ReplayServer(BackgroundServer):
     ``files``: recordings (paths); ``rate``: events per second after the first (``0``: as fast as
     possible); ``ttft``: seconds before the first event. ``url`` is the base URL: the OpenAI base URL
     is ``server.url + "/v1"``, the Realtime one ``server.ws_url``.
+
+    ``engine``: ``"asyncio"`` (default; :func:`create_app` on uvicorn) or ``"native"`` (the Rust
+    server on threads of its own, ``workers`` of them; see :func:`native_available`).
     """
 
     def __init__(
@@ -943,14 +948,34 @@ class ReplayServer(BackgroundServer):
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "warning",
+        engine: str = "asyncio",
+        workers: int = 1,
     ) -> None:
         self.recordings = [f if isinstance(f, Recording) else load_recording(f) for f in files]
-        super().__init__(
-            create_app(self.recordings, pacing=Pacing(ttft=ttft, rate=rate)),
-            host=host,
-            port=port,
-            log_level=log_level,
-        )
+        self.pacing = Pacing(ttft=ttft, rate=rate)
+        self.engine = choose_engine(engine)
+        self.workers = workers
+        self._native: Any = None
+        if self.engine == "native":
+            self.host, self.port, self.log_level = host, port, log_level
+            return
+        if workers != 1:
+            raise ValueError("ReplayServer runs one asyncio server: workers=N is for engine='native'")
+        super().__init__(create_app(self.recordings, pacing=self.pacing), host=host, port=port,
+                         log_level=log_level)
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.engine != "native":
+            return super().start(timeout)
+        self._native = start_native_replay(self.recordings, self.pacing, self.host, self.port, self.workers)
+        self.port = self._native.address[1]
+
+    def stop(self) -> None:
+        if self.engine != "native":
+            return super().stop()
+        if self._native is not None:
+            self._native.stop()
+            self._native = None
 
     @property
     def ws_url(self) -> str:
@@ -979,7 +1004,7 @@ class SyntheticServer(BackgroundServer):
         workers: int = 1,
     ) -> None:
         self.synthetic = Synthetic(tokens=tokens, rate=rate, ttft=ttft)
-        self.engine = choose_engine(engine, synthetic=True)
+        self.engine = choose_engine(engine)
         self.workers = workers
         self._native: Any = None
         if self.engine == "native":
@@ -1010,35 +1035,33 @@ ENGINES = ("native", "asyncio")
 
 
 def native_available() -> bool:
-    """Whether this process can run the native synthetic server: the Rust backend, built with it."""
+    """Whether this process can run the native servers: the Rust backend, built with them."""
     from .. import BACKEND
 
     if BACKEND != "rust":
         return False
     from .._backend import core
 
-    return hasattr(core(), "SyntheticEngine")
+    return hasattr(core(), "SyntheticEngine") and hasattr(core(), "ReplayEngine")
 
 
-def choose_engine(engine: str | None, *, synthetic: bool) -> str:
-    """The engine to serve with: ``engine``, or (None) ``"native"`` for synthetic streams when
-    :func:`native_available`, else ``"asyncio"``. ValueError (its message for the command line)
-    when ``engine`` cannot serve that."""
+def choose_engine(engine: str | None) -> str:
+    """The engine to serve with (synthetic streams or replay alike): ``engine``, or (None)
+    ``"native"`` when :func:`native_available`, else ``"asyncio"``. ValueError (its message for
+    the command line) when ``engine`` cannot serve."""
     if engine is None:
-        return "native" if synthetic and native_available() else "asyncio"
+        return "native" if native_available() else "asyncio"
     if engine not in ENGINES:
         raise ValueError(f"the engine is one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "native":
         from .. import BACKEND
 
-        if not synthetic:
-            raise ValueError("the native engine serves --synthetic streams only: replay runs on --engine asyncio")
         if BACKEND != "rust":
             raise ValueError("the native engine needs rapidsse's compiled extension, and this process runs the "
                              "pure-Python backend (RAPIDSSE_BACKEND=python, or no wheel for this platform): use "
                              "--engine asyncio")
         if not native_available():
-            raise ValueError("this build of rapidsse has no native synthetic server: use --engine asyncio")
+            raise ValueError("this build of rapidsse has no native server: use --engine asyncio")
     return engine
 
 
@@ -1049,12 +1072,30 @@ def start_native(spec: Synthetic, host: str, port: int, workers: int = 1) -> Any
     body of ``/health`` as JSON text, ``stop()`` ends it."""
     from .._backend import core
 
+    return core().SyntheticEngine(host=_ip(host), port=port, tokens=spec.tokens, rate=spec.rate, ttft=spec.ttft,
+                                  workers=workers)
+
+
+def start_native_replay(recordings: Sequence[Recording], pacing: Pacing, host: str, port: int,
+                        workers: int = 1) -> Any:
+    """Starts the native replay server (``rapidsse._rapidsse.ReplayEngine``) with ``recordings``
+    (handed over once: each one's protocol, pieces and final object as JSON) on ``host`` and
+    ``port``, with ``workers`` threads; as :func:`start_native` otherwise. ValueError for a
+    Realtime recording whose messages are not UTF-8."""
+    from .._backend import core
+
+    handed = [(r.protocol, r.events, None if r.final is None else msgspec.json.encode(r.final)) for r in recordings]
+    return core().ReplayEngine(host=_ip(host), port=port, recordings=handed, ttft=pacing.ttft, rate=pacing.rate,
+                               workers=workers)
+
+
+def _ip(host: str) -> str:
+    """``host`` as an IP address: itself, or the first the name resolves to (OSError if none)."""
     try:
         socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
     except OSError:
         host = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
-    return core().SyntheticEngine(host=host, port=port, tokens=spec.tokens, rate=spec.rate, ttft=spec.ttft,
-                                  workers=workers)
+    return host
 
 
 # --- The command line -------------------------------------------------------------------------
@@ -1084,12 +1125,12 @@ def register(subparsers: Any) -> None:
                              "100 for synthetic)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="synthetic: servers on the one port (SO_REUSEPORT), each pacing its own streams: "
-                             "processes (asyncio) or threads (native); /health reports them all "
+                        help="servers on the one port (SO_REUSEPORT), each pacing its own streams: processes "
+                             "(asyncio, synthetic only) or threads (native); /health reports them all "
                              "(default: %(default)s)")
     parser.add_argument("--engine", choices=ENGINES, default=None,
-                        help="synthetic: native (the Rust server, no Python per token; the default on the Rust "
-                             "backend) or asyncio (uvicorn); replay runs on asyncio only")
+                        help="native (the Rust server, no Python per event; the default on the Rust backend) or "
+                             "asyncio (uvicorn)")
     parser.set_defaults(func=run)
 
 
@@ -1102,7 +1143,7 @@ def run(args: argparse.Namespace) -> int:
     """
     synthetic = getattr(args, "synthetic", False)
     try:
-        engine = choose_engine(getattr(args, "engine", None), synthetic=synthetic)
+        engine = choose_engine(getattr(args, "engine", None))
         if engine == "asyncio":
             _require_server_packages()
         if synthetic and args.files:
@@ -1110,8 +1151,10 @@ def run(args: argparse.Namespace) -> int:
         if not synthetic and not args.files:
             raise ValueError("give recordings to replay, or --synthetic")
         workers = getattr(args, "workers", 1)
-        if workers < 1 or (workers > 1 and not synthetic):
-            raise ValueError("--workers is for --synthetic, and at least 1")
+        if workers < 1:
+            raise ValueError("--workers must be at least 1")
+        if workers > 1 and not synthetic and engine != "native":
+            raise ValueError("--workers replays on --engine native only (or serves --synthetic on either engine)")
         if synthetic:
             spec = Synthetic(tokens=args.tokens, rate=50.0 if args.rate is None else args.rate,
                              ttft=0.1 if args.ttft is None else args.ttft / 1000.0)
@@ -1120,8 +1163,6 @@ def run(args: argparse.Namespace) -> int:
     except (ImportError, ValueError) as exc:
         print(f"rapidsse serve: {exc}", file=sys.stderr)
         return 1
-    if engine == "native":
-        return _serve_native(spec, args.host, args.port, workers)
     recordings: list[Recording] = []
     if not synthetic:
         try:
@@ -1132,6 +1173,12 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, SSEError) as exc:
             print(f"rapidsse serve: {exc}", file=sys.stderr)
             return 2
+    if engine == "native":
+        if synthetic:
+            return _serve_native(lambda: start_native(spec, args.host, args.port, workers), _synthetic_banner(spec),
+                                 workers)
+        return _serve_native(lambda: start_native_replay(recordings, pacing, args.host, args.port, workers),
+                             _replay_banner(recordings), workers)
     reuse_port = workers > 1 and hasattr(socket, "SO_REUSEPORT")
     listening = listen("serve", args.host, args.port, reuse_port=reuse_port)
     if listening is None:
@@ -1146,8 +1193,7 @@ def run(args: argparse.Namespace) -> int:
         what = _synthetic_banner(spec)
         app = create_synthetic_app(spec)
     else:
-        counts = {p: sum(r.protocol == p for r in recordings) for p in PROTOCOLS}
-        what = ", ".join(f"{count} {protocol}" for protocol, count in counts.items()) + " recording(s)"
+        what = _replay_banner(recordings)
         app = create_app(recordings, pacing=pacing)
     print(f"rapidsse serve: {what} on {url}/v1", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level=args.log_level)
@@ -1157,16 +1203,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_native(spec: Synthetic, host: str, port: int, workers: int) -> int:
-    """``serve --synthetic --engine native``: the Rust server on ``workers`` threads of this
-    process, until SIGINT or SIGTERM."""
+def _serve_native(start: Callable[[], Any], what: str, workers: int) -> int:
+    """``serve --engine native``: the Rust server (``start()`` starts it; ``what`` it serves, for
+    the banner) on ``workers`` threads of this process, until SIGINT or SIGTERM."""
     import signal
 
     try:
-        server = start_native(spec, host, port, workers)
+        server = start()
     except OSError as exc:
         print(f"rapidsse serve: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # a Realtime recording that is not UTF-8 text
+        print(f"rapidsse serve: {exc}", file=sys.stderr)
+        return 2
 
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(0)  # (so that the server is stopped too)
@@ -1176,7 +1225,7 @@ def _serve_native(spec: Synthetic, host: str, port: int, workers: int) -> int:
         bound, port = server.address
         shown = f"[{bound}]" if ":" in bound else bound
         how = f", {workers} worker threads (SO_REUSEPORT)" if workers > 1 else ""
-        print(f"rapidsse serve: {_synthetic_banner(spec)}{how}, native engine on http://{shown}:{port}/v1",
+        print(f"rapidsse serve: {what}{how}, native engine on http://{shown}:{port}/v1",
               file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)  # (the server runs on its own threads; a signal ends the sleep)
@@ -1195,6 +1244,11 @@ def _collector_off() -> None:
     gc.collect()
     gc.freeze()
     gc.disable()
+
+
+def _replay_banner(recordings: Sequence[Recording]) -> str:
+    counts = {p: sum(r.protocol == p for r in recordings) for p in PROTOCOLS}
+    return ", ".join(f"{count} {protocol}" for protocol, count in counts.items()) + " recording(s)"
 
 
 def _synthetic_banner(spec: Synthetic) -> str:

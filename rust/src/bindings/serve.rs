@@ -1,14 +1,39 @@
-//! The native synthetic server for Python (`rapidsse serve --synthetic --engine native`):
-//! starts [`crate::net::serve::Server`] on its own threads (no GIL on them), and hands its
-//! address, its `/health` body and a way to stop it to the Python side.
+//! The native server for Python (`rapidsse serve --engine native`): starts
+//! [`crate::net::serve::Server`] on its own threads (no GIL on them) with synthetic streams
+//! ([`SyntheticEngine`]) or recordings ([`ReplayEngine`]), and hands its address, its `/health`
+//! body and a way to stop it to the Python side.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::net::serve::{Config, Server};
+use crate::net::replay::{Library, Pacing, Recorded};
+use crate::net::serve::{Config, Server, Streams};
 use crate::net::synthetic::Spec;
+
+fn start(
+    py: Python<'_>,
+    host: &str,
+    port: u16,
+    streams: Streams,
+    workers: usize,
+) -> PyResult<Server> {
+    let ip: IpAddr = host
+        .parse()
+        .map_err(|_| PyValueError::new_err(format!("host must be an IP address, not {host:?}")))?;
+    if workers < 1 {
+        return Err(PyValueError::new_err("workers must be at least 1"));
+    }
+    let config = Config {
+        listen: SocketAddr::new(ip, port),
+        streams,
+        workers,
+    };
+    py.detach(|| Server::start(config))
+        .map_err(PyOSError::new_err)
+}
 
 /// A running native synthetic server.
 #[pyclass(module = "rapidsse._rapidsse")]
@@ -31,21 +56,8 @@ impl SyntheticEngine {
         ttft: f64,
         workers: usize,
     ) -> PyResult<Self> {
-        let ip: IpAddr = host.parse().map_err(|_| {
-            PyValueError::new_err(format!("host must be an IP address, not {host:?}"))
-        })?;
-        if workers < 1 {
-            return Err(PyValueError::new_err("workers must be at least 1"));
-        }
         let spec = Spec::new(tokens, rate, ttft).map_err(PyValueError::new_err)?;
-        let config = Config {
-            listen: SocketAddr::new(ip, port),
-            spec,
-            workers,
-        };
-        let server = py
-            .detach(|| Server::start(config))
-            .map_err(PyOSError::new_err)?;
+        let server = start(py, host, port, Streams::Synthetic(spec), workers)?;
         Ok(SyntheticEngine { server })
     }
 
@@ -57,6 +69,64 @@ impl SyntheticEngine {
     }
 
     /// The body of `/health` as JSON text; `reset`: the tallies then start anew.
+    #[pyo3(signature = (reset = false))]
+    fn health(&self, reset: bool) -> String {
+        self.server.health(reset).to_string()
+    }
+
+    /// Stops serving (the streams in flight are cut) and waits for the threads, the GIL
+    /// released. A second call does nothing.
+    fn stop(&self, py: Python<'_>) {
+        py.detach(|| self.server.stop());
+    }
+}
+
+/// A recording as Python hands it over: protocol, pieces, final object's JSON.
+type Handed = (String, Vec<Vec<u8>>, Option<Vec<u8>>);
+
+/// A running native replay server.
+#[pyclass(module = "rapidsse._rapidsse")]
+pub struct ReplayEngine {
+    server: Server,
+}
+
+#[pymethods]
+impl ReplayEngine {
+    /// Binds `host:port` (`0`: a free port) and starts `workers` threads replaying
+    /// `recordings`, each `(protocol, pieces, final_json)`: the protocol's name, the pieces sent
+    /// one at a time, and the JSON answered to a request without `"stream": true` (None: such a
+    /// request is refused). Pieces are due `ttft + i / rate` seconds after the request.
+    #[new]
+    #[pyo3(signature = (*, host, port, recordings, ttft, rate, workers = 1))]
+    fn new(
+        py: Python<'_>,
+        host: &str,
+        port: u16,
+        recordings: Vec<Handed>,
+        ttft: f64,
+        rate: f64,
+        workers: usize,
+    ) -> PyResult<Self> {
+        let pacing = Pacing::new(ttft, rate).map_err(PyValueError::new_err)?;
+        let recordings = recordings.into_iter().map(|(protocol, pieces, whole)| {
+            let events = pieces.into_iter().map(bytes::Bytes::from).collect();
+            let whole = whole.map(bytes::Bytes::from);
+            (protocol, Recorded { events, whole })
+        });
+        let library = Library::new(pacing, recordings).map_err(PyValueError::new_err)?;
+        let server = start(py, host, port, Streams::Replay(Arc::new(library)), workers)?;
+        Ok(ReplayEngine { server })
+    }
+
+    /// `(host, port)` listened on.
+    #[getter]
+    fn address(&self) -> (String, u16) {
+        let addr = self.server.local_addr();
+        (addr.ip().to_string(), addr.port())
+    }
+
+    /// The body of `/health` as JSON text (`reset` is accepted for the synthetic server's
+    /// sake and changes nothing here).
     #[pyo3(signature = (reset = false))]
     fn health(&self, reset: bool) -> String {
         self.server.health(reset).to_string()

@@ -6,8 +6,8 @@
 //! - [`realtime`]: WebSocket exchanges, proxied both ways;
 //! - [`tap`]: the protocol's accumulator fed the forwarded bytes, and the first output;
 //! - [`client`]: the upstream client and its TLS roots;
-//! - [`serve`]: the synthetic server of `rapidsse serve --synthetic`, pacing the streams of
-//!   [`synthetic`];
+//! - [`serve`]: the server of `rapidsse serve --engine native`, pacing the streams of
+//!   [`synthetic`] or the recordings of [`replay`];
 //! - [`measure`]: the benchmark client of `rapidsse measure --engine native`, counting with
 //!   [`tokens`].
 
@@ -16,6 +16,7 @@ pub mod gateway;
 mod guard;
 pub mod measure;
 pub mod realtime;
+pub mod replay;
 pub mod serve;
 pub mod synthetic;
 pub mod tap;

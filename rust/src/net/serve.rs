@@ -1,6 +1,7 @@
-//! The native synthetic server (`rapidsse serve --synthetic --engine native`): the routes of the
-//! Python one (`create_synthetic_app`) on hyper's HTTP/1.1 server, the streams of
-//! [`synthetic`](super::synthetic) paced on tokio.
+//! The native server (`rapidsse serve --engine native`): the routes of the Python ones
+//! (`create_synthetic_app`, and `create_app` for recordings) on hyper's HTTP/1.1 server, the
+//! streams of [`synthetic`](super::synthetic), or the recordings of [`replay`](super::replay),
+//! paced on tokio.
 //!
 //! `workers` threads each run a current-thread runtime with a listener of its own on the one
 //! port (`SO_REUSEPORT` when there are several, so that the kernel spreads the connections) and
@@ -37,6 +38,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 
+use super::replay::{self, Library, Replayed};
 use super::synthetic::{Api, Plan, Spec, Writer};
 
 /// Counts of durations for `/health` (Python's `Tally`): 1 µs bins up to 32.768 ms, then 1 ms
@@ -181,6 +183,26 @@ impl Clock {
         }
     }
 
+    /// Ready once `at` has come; until then has the clock wake the task. `waiting` is the
+    /// caller's memory of the waker last handed over, so that a task polled again before its
+    /// deadline (by its connection) is not queued twice.
+    pub fn poll_until(
+        &self,
+        at: Instant,
+        waiting: &mut Option<Waker>,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        if Instant::now() >= at {
+            *waiting = None;
+            return Poll::Ready(());
+        }
+        if !waiting.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *waiting = Some(cx.waker().clone());
+            self.wake_at(at, cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
     /// Wakes the waiters whose deadline has come; the earliest deadline left.
     fn release(&self) -> Option<Instant> {
         let now = Instant::now();
@@ -217,11 +239,20 @@ impl Default for Clock {
     }
 }
 
+/// What a server sends.
+#[derive(Clone)]
+pub enum Streams {
+    /// Synthetic streams (`serve --synthetic`).
+    Synthetic(Spec),
+    /// Recordings, replayed (`serve FILE...`).
+    Replay(Arc<Library>),
+}
+
 /// How the server is set up.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub spec: Spec,
+    pub streams: Streams,
     /// Threads, each with its own runtime, listener and clock (at least 1).
     pub workers: usize,
 }
@@ -231,7 +262,7 @@ const ROUTES: usize = 6;
 
 /// What every worker shares.
 struct Shared {
-    spec: Spec,
+    source: Streams,
     workers: usize,
     lateness: Tally,
     gaps: Tally,
@@ -251,7 +282,7 @@ impl Server {
     pub fn start(config: Config) -> Result<Server, String> {
         let workers = config.workers.max(1);
         let shared = Arc::new(Shared {
-            spec: config.spec,
+            source: config.streams,
             workers,
             lateness: Tally::new(),
             gaps: Tally::new(),
@@ -357,6 +388,7 @@ async fn worker(
                         .timer(TokioTimer::new())
                         .keep_alive(true)
                         .serve_connection(TokioIo::new(stream), service)
+                        .with_upgrades()
                         .await;
                 });
             }
@@ -366,9 +398,13 @@ async fn worker(
 }
 
 /// `{"status": "ok", "synthetic": {...}, "lateness": {...}, "itl": {...}}`, plus `workers` and
-/// the `pid` when there are several, as the Python server's `/health`.
+/// the `pid` when there are several, as the Python server's `/health`; a replay server's is
+/// [`Library::health`].
 fn health(shared: &Shared, reset: bool) -> Value {
-    let spec = &shared.spec;
+    let spec = match &shared.source {
+        Streams::Synthetic(spec) => spec,
+        Streams::Replay(library) => return library.health(),
+    };
     let mut body = json!({
         "status": "ok",
         "synthetic": {"tokens": spec.tokens, "rate": spec.rate, "ttft": spec.ttft},
@@ -386,10 +422,11 @@ fn health(shared: &Shared, reset: bool) -> Value {
     body
 }
 
-/// A reply body: a whole one, or a synthetic stream.
+/// A reply body: a whole one, a synthetic stream or a replayed one.
 enum Reply {
     Whole(Option<Bytes>),
     Stream(Box<Paced>),
+    Replay(Box<Replayed>),
 }
 
 impl Body for Reply {
@@ -403,6 +440,9 @@ impl Body for Reply {
         match self.get_mut() {
             Reply::Whole(body) => Poll::Ready(body.take().map(|b| Ok(Frame::data(b)))),
             Reply::Stream(paced) => paced.poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
+            Reply::Replay(replayed) => replayed
+                .poll_next(cx)
+                .map(|b| b.map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -412,6 +452,7 @@ impl Body for Reply {
             Reply::Stream(paced) => {
                 paced.opening.is_none() && paced.next == paced.writer.plan().tokens
             }
+            Reply::Replay(replayed) => replayed.is_end(),
         }
     }
 
@@ -419,7 +460,7 @@ impl Body for Reply {
         match self {
             Reply::Whole(Some(body)) => SizeHint::with_exact(body.len() as u64),
             Reply::Whole(None) => SizeHint::with_exact(0),
-            Reply::Stream(_) => SizeHint::default(),
+            Reply::Stream(_) | Reply::Replay(_) => SizeHint::default(),
         }
     }
 }
@@ -447,19 +488,14 @@ impl Paced {
             return Poll::Ready(None);
         }
         let due = self.start + Duration::from_secs_f64(self.spec.due(self.next));
-        let now = Instant::now();
-        if now < due {
-            if !self
-                .waiting
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                self.waiting = Some(cx.waker().clone());
-                self.clock.wake_at(due, cx.waker().clone());
-            }
+        if self
+            .clock
+            .poll_until(due, &mut self.waiting, cx)
+            .is_pending()
+        {
             return Poll::Pending;
         }
-        self.waiting = None;
+        let now = Instant::now();
         self.shared.lateness.add(now - due);
         if let Some(sent) = self.sent {
             self.shared.gaps.add(now - sent);
@@ -544,6 +580,15 @@ async fn handle(shared: Arc<Shared>, clock: Arc<Clock>, req: Request<Incoming>) 
         let body = health(&shared, reset).to_string().into_bytes();
         return whole(StatusCode::OK, "application/json", body);
     }
+    if let Streams::Replay(library) = &shared.source {
+        if path == "/v1/realtime" && replay::is_upgrade(&req) {
+            return replay::realtime(library.clone(), clock, req, start, |status| {
+                let mut response = Response::new(Reply::Whole(None));
+                *response.status_mut() = status;
+                response
+            });
+        }
+    }
     let Some((api, counter, model)) = route(&path) else {
         return whole(
             StatusCode::NOT_FOUND,
@@ -583,6 +628,10 @@ async fn handle(shared: Arc<Shared>, clock: Arc<Clock>, req: Request<Incoming>) 
             "invalid_json",
         );
     };
+    let spec = match &shared.source {
+        Streams::Synthetic(spec) => *spec,
+        Streams::Replay(library) => return replayed(library, clock, api, &body, start).await,
+    };
     if api != Api::Gemini && body.get("stream") != Some(&Value::Bool(true)) {
         return error(
             StatusCode::BAD_REQUEST,
@@ -594,19 +643,67 @@ async fn handle(shared: Arc<Shared>, clock: Arc<Clock>, req: Request<Incoming>) 
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let writer = Writer::new(Plan::new(api, &body, model, &shared.spec, number, created));
+    let writer = Writer::new(Plan::new(api, &body, model, &spec, number, created));
     let paced = Paced {
         opening: writer.opening(),
         writer,
         next: 0,
         start,
-        spec: shared.spec,
+        spec,
         clock,
         waiting: None,
         sent: None,
         shared: shared.clone(),
     };
-    let mut response = Response::new(Reply::Stream(Box::new(paced)));
+    event_stream(Reply::Stream(Box::new(paced)))
+}
+
+/// A replay server's answer on a streaming route: the protocol's next recording, streamed; its
+/// final object after the stream's time (a request without `"stream": true`); 404 when the
+/// server has none, as the Python server answers.
+async fn replayed(
+    library: &Library,
+    clock: Arc<Clock>,
+    api: Api,
+    body: &serde_json::Map<String, Value>,
+    start: Instant,
+) -> Response<Reply> {
+    let index = match api {
+        Api::Responses => 0,
+        Api::Chat => 1,
+        Api::Completions => 2,
+        Api::Anthropic => 3,
+        Api::Gemini => 4,
+    };
+    let protocol = replay::PROTOCOLS[index];
+    let Some(recorded) = library.next(index) else {
+        let message = format!("this replay server has no {protocol} recording");
+        return error(StatusCode::NOT_FOUND, &message, "no_recording");
+    };
+    if api != Api::Gemini && body.get("stream") != Some(&Value::Bool(true)) {
+        let Some(final_object) = recorded.whole.clone() else {
+            let message = format!(
+                "{protocol} recordings are replayed as streams only: send \"stream\": true"
+            );
+            return error(StatusCode::BAD_REQUEST, &message, "stream_required");
+        };
+        let last = recorded.events.len().saturating_sub(1);
+        let due = start + Duration::from_secs_f64(library.pacing.due(last));
+        tokio::time::sleep_until(due.into()).await;
+        let mut response = Response::new(Reply::Whole(Some(final_object)));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return response;
+    }
+    let stream = Replayed::new(recorded, start, library.pacing, clock);
+    event_stream(Reply::Replay(Box::new(stream)))
+}
+
+/// A 200 with `body` as an event stream, with the Python servers' headers.
+fn event_stream(body: Reply) -> Response<Reply> {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -734,7 +831,7 @@ mod tests {
         let spec = Spec::new(3, 100.0, 0.02).unwrap();
         let config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
-            spec,
+            streams: Streams::Synthetic(spec),
             workers: 2,
         };
         let server = Server::start(config).unwrap();
@@ -817,5 +914,80 @@ mod tests {
         );
         server.stop();
         assert!(std::net::TcpStream::connect(addr).is_err());
+    }
+
+    #[test]
+    fn recordings_are_replayed_byte_for_byte_and_rotate() {
+        use super::replay::{Pacing, Recorded};
+        let piece = |s: &str| Bytes::from(s.to_owned());
+        let chat = Recorded {
+            events: vec![piece("data: {\"a\":1}\n\n"), piece("data: [DONE]\r\n\r\n")].into(),
+            whole: Some(piece(r#"{"id":"x"}"#)),
+        };
+        let gemini = Recorded {
+            events: vec![piece("data: {}\n\n")].into(),
+            whole: None,
+        };
+        let library = Library::new(
+            Pacing::new(0.03, 100.0).unwrap(),
+            [("chat".to_owned(), chat), ("gemini".to_owned(), gemini)],
+        )
+        .unwrap();
+        let config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            streams: Streams::Replay(Arc::new(library)),
+            workers: 1,
+        };
+        let server = Server::start(config).unwrap();
+        let addr = server.local_addr();
+        let started = Instant::now();
+        let (head, body) = exchange(addr, "POST", "/v1/chat/completions", r#"{"stream": true}"#);
+        assert!(
+            started.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
+        assert!(
+            head.contains("content-type: text/event-stream; charset=utf-8"),
+            "{head}"
+        );
+        assert_eq!(body, "data: {\"a\":1}\n\ndata: [DONE]\r\n\r\n");
+        let (head, body) = exchange(addr, "POST", "/v1/chat/completions", "{}");
+        assert!(head.contains("content-type: application/json"), "{head}");
+        assert_eq!(body, r#"{"id":"x"}"#);
+        let (head, body) = exchange(addr, "POST", "/v1beta/models/g:streamGenerateContent", "");
+        assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
+        assert_eq!(body, "data: {}\n\n");
+        for (path, body, status, code) in [
+            (
+                "/v1/responses",
+                r#"{"stream": true}"#,
+                "404",
+                "no_recording",
+            ),
+            ("/v1/chat/completions", "[", "400", "invalid_json"),
+        ] {
+            let (head, reply) = exchange(addr, "POST", path, body);
+            assert!(head.starts_with(&format!("HTTP/1.0 {status}")), "{head}");
+            let reply: Value = serde_json::from_str(&reply).unwrap();
+            assert_eq!(reply["error"]["code"], code, "{reply}");
+        }
+        let (_, health) = exchange(addr, "GET", "/health", "");
+        let health: Value = serde_json::from_str(&health).unwrap();
+        assert_eq!(health["recordings"]["chat"], 1);
+        assert_eq!(health, server.health(false));
+        // a Realtime upgrade with no Realtime recording is refused, as uvicorn refuses it
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream
+            .write_all(
+                b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+                  Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            )
+            .unwrap();
+        let mut reply = [0u8; 12];
+        stream.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"HTTP/1.1 403");
+        server.stop();
     }
 }
