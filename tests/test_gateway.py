@@ -1232,6 +1232,26 @@ def test_the_recorder_drops_and_counts_what_a_slow_on_complete_cannot_take(caplo
     assert seen == ["/0", "/1", "/2", "/3"]
 
 
+def test_the_recorder_logs_a_batch_as_one_message_unless_log_record_is_asked_for(caplog):
+    """With no ``on_complete`` a batch of records is one log message, one JSON line per record, in
+    order; ``on_complete=log_record`` passed on purpose keeps one log record per exchange."""
+    paths = [f"/{n}" for n in range(50)]
+    for on_complete, messages in ((None, None), (rapidsse.gateway.log_record, len(paths))):
+        caplog.clear()
+        recorder = Recorder(None, on_complete)
+        with caplog.at_level(logging.INFO, logger="rapidsse.gateway"):
+            recorder.submit_many([(ExchangeRecord(protocol="chat", method="POST", path=p), None)
+                                  for p in paths])
+            assert recorder.close(TIMEOUT)
+        logged = [r.getMessage() for r in caplog.records if r.name == "rapidsse.gateway"]
+        lines = [line for message in logged for line in message.split("\n")]
+        assert [json.loads(line)["path"] for line in lines] == paths
+        if messages is None:
+            assert 1 <= len(logged) < len(paths)  # taken in batches, not one by one
+        else:
+            assert len(logged) == messages
+
+
 # asyncio engine only: max_pending is create_gateway's (the recorder is the same on both engines, and
 # is tested above on its own).
 def test_records_past_max_pending_are_counted_in_the_metrics(synthetic):
@@ -1462,7 +1482,10 @@ def test_a_stderr_nobody_reads_stalls_no_stream(engine, synthetic):
                 results = list(pool.map(stream, range(600), timeout=120))
             took = time.monotonic() - started
         assert all(results) and took < 120
-        assert pipe_bytes_unread(process.stderr.fileno()) >= 60_000  # the pipe is full: the stall was real
+        # The pipe is full, so the stall was real: 600 records' JSON lines (over 100 KB) did not fit
+        # in its 64 KiB. (Not to the byte: the records are logged in batches, and the write of a
+        # batch that does not fit leaves the pipe's last pages part empty.)
+        assert pipe_bytes_unread(process.stderr.fileno()) >= 32_768
     finally:
         process.terminate()
         try:

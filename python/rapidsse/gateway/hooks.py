@@ -9,9 +9,9 @@ that hands its exchanges to Python."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import logging
-import queue
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Union
@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from .metrics import Metrics
-from .record import ExchangeRecord, OnComplete, log_record
+from .record import ExchangeRecord, OnComplete, log_record, log_records
 
 __all__ = ["GatewayRequest", "OnRequest", "Recorder", "Reject", "apply_on_request", "parse_upstreams"]
 
@@ -174,7 +174,6 @@ def apply_on_request(on_request: Union[OnRequest, None], request: GatewayRequest
 
 # --- on_complete: the Recorder ---------------------------------------------------------------------
 
-_STOP = object()
 
 
 def _log_off_thread(level: int, message: str, *args: Any) -> None:
@@ -188,13 +187,18 @@ class Recorder:
     ever waits on it (nor on the log sink the default :func:`~rapidsse.gateway.log_record` writes
     to).
 
-    :meth:`submit` never blocks and never raises: it counts the record in ``metrics`` at once and
-    queues it (at most ``max_pending`` wait); when the queue is full the record is dropped,
-    counted in :attr:`dropped` and in ``rapidsse_gateway_records_dropped_total``, and the first
-    drop logs one warning (from a thread of its own). The recorder's daemon thread calls
-    ``on_complete(record, accumulator)`` for each in order; an exception there is logged; an
-    awaitable it returns is run to completion on the thread's own event loop. :meth:`close` lets
-    the queued records finish and stops the thread."""
+    :meth:`submit` (one record) and :meth:`submit_many` (several) never block and never raise:
+    they count the records in ``metrics`` at once and queue them (at most ``max_pending`` wait);
+    a record that finds the queue full is dropped, counted in :attr:`dropped` and in
+    ``rapidsse_gateway_records_dropped_total``, and the first drop logs one warning (from a
+    thread of its own). The recorder's daemon thread takes what is queued, all of it at once, and
+    calls ``on_complete(record, accumulator)`` for each in order; an exception there is logged;
+    an awaitable it returns is run to completion on the thread's own event loop. With no
+    ``on_complete`` given, a batch's JSON lines go out as one log message (one line per record
+    still), so a busy gateway pays the logging machinery once per batch; pass
+    ``on_complete=log_record`` for one log record per exchange (a handler whose format prefixes
+    each message needs that). :meth:`close` lets the queued
+    records finish and stops the thread."""
 
     def __init__(self, metrics: Union[Metrics, None], on_complete: Union[OnComplete, None], *,
                  max_pending: int = 10_000) -> None:
@@ -202,10 +206,13 @@ class Recorder:
             raise ValueError("max_pending must be at least 1")
         self.metrics = metrics
         self.on_complete: OnComplete = on_complete if on_complete is not None else log_record
+        # The default (no hook given) logs a batch as one message; log_record passed on purpose
+        # keeps one log record per exchange (for a handler whose format prefixes each message).
+        self._log_batches = on_complete is None
         self.max_pending = max_pending
         self.dropped = 0
-        self._queue: queue.Queue[Any] = queue.Queue(max_pending)
-        self._lock = threading.Lock()
+        self._pending: collections.deque[tuple[ExchangeRecord, Any]] = collections.deque()
+        self._ready = threading.Condition(threading.Lock())
         self._warned = False
         self._closed = False
         self._loop: Union[asyncio.AbstractEventLoop, None] = None
@@ -215,23 +222,31 @@ class Recorder:
     def submit(self, record: ExchangeRecord, accumulator: Any = None) -> None:
         """Counts ``record`` in the metrics and queues it for ``on_complete`` (or drops it when
         ``max_pending`` records are waiting already)."""
+        self.submit_many([(record, accumulator)])
+
+    def submit_many(self, items: list[tuple[ExchangeRecord, Any]]) -> None:
+        """:meth:`submit` for each ``(record, accumulator)`` of ``items``, the thread woken once."""
         metrics = self.metrics
         if metrics is not None:
-            try:
-                metrics.observe(record)
-            except Exception as exc:
-                _log_off_thread(logging.ERROR, "the gateway's metrics failed for %s %s: %s: %s", record.method,
-                                record.path, type(exc).__name__, exc)
-        if not self._closed:
-            try:
-                self._queue.put_nowait((record, accumulator))
-                return
-            except queue.Full:
-                pass
-        self._drop()
+            for record, _ in items:
+                try:
+                    metrics.observe(record)
+                except Exception as exc:
+                    _log_off_thread(logging.ERROR, "the gateway's metrics failed for %s %s: %s: %s", record.method,
+                                    record.path, type(exc).__name__, exc)
+        with self._ready:
+            room = 0 if self._closed else max(0, self.max_pending - len(self._pending))
+            taken = items[:room]
+            if taken:
+                was_empty = not self._pending
+                self._pending.extend(taken)
+                if was_empty:
+                    self._ready.notify()
+        for _ in range(len(items) - len(taken)):
+            self._drop()
 
     def _drop(self) -> None:
-        with self._lock:
+        with self._ready:
             self.dropped += 1
             first = not self._warned
             self._warned = True
@@ -248,25 +263,41 @@ class Recorder:
     @property
     def pending(self) -> int:
         """Records queued and not yet handed to ``on_complete``."""
-        return self._queue.qsize()
+        return len(self._pending)
+
+    def _take(self) -> list[tuple[ExchangeRecord, Any]] | None:
+        """Everything queued (waiting for something), or None once closed and empty."""
+        with self._ready:
+            while not self._pending:
+                if self._closed:
+                    return None
+                self._ready.wait()
+            batch = list(self._pending)
+            self._pending.clear()
+            return batch
 
     def _run(self) -> None:
-        get = self._queue.get
         while True:
-            item = get()
-            if item is _STOP:
+            batch = self._take()
+            if batch is None:
                 break
-            record, accumulator = item
-            item = None
-            try:
-                result = self.on_complete(record, accumulator)
-                if inspect.isawaitable(result):
-                    self._await(result)
-            except Exception:
-                logger.exception("on_complete raised for %s %s (outcome %s)", record.method, record.path,
-                                 record.outcome)
-            finally:
-                record = accumulator = result = None
+            if self._log_batches:
+                try:
+                    log_records(batch)
+                except Exception:
+                    logger.exception("the gateway could not log %d records", len(batch))
+                continue
+            for record, accumulator in batch:
+                try:
+                    result = self.on_complete(record, accumulator)
+                    if inspect.isawaitable(result):
+                        self._await(result)
+                except Exception:
+                    logger.exception("on_complete raised for %s %s (outcome %s)", record.method, record.path,
+                                     record.outcome)
+                finally:
+                    record = accumulator = result = None
+            batch = None
         if self._loop is not None:
             self._loop.close()
             self._loop = None
@@ -284,11 +315,8 @@ class Recorder:
     def close(self, timeout: Union[float, None] = 10.0) -> bool:
         """Stops taking records, lets those queued go to ``on_complete`` and stops the thread
         (waiting at most ``timeout`` seconds); True when it did stop."""
-        if not self._closed:
+        with self._ready:
             self._closed = True
-            try:
-                self._queue.put(_STOP, timeout=timeout)
-            except queue.Full:
-                return False
+            self._ready.notify()
         self._thread.join(timeout)
         return not self._thread.is_alive()

@@ -95,6 +95,13 @@ def log_record(record: ExchangeRecord, accumulator: Any = None) -> None:
         logger.info("%s", _encode_record(record).decode())
 
 
+def log_records(items: list[tuple[ExchangeRecord, Any]]) -> None:
+    """:func:`log_record` for each ``(record, accumulator)`` of ``items``: their JSON lines as one
+    log message (one line each), so that the logging machinery runs once for the lot."""
+    if items and logger.isEnabledFor(logging.INFO):
+        logger.info("%s", b"\n".join([_encode_record(record) for record, _ in items]).decode())
+
+
 # --- What the tap's result says: tokens, model, finish reason, first output -----------------------
 
 ACCUMULATORS: dict[str, type] = {

@@ -15,9 +15,7 @@ use super::accumulate::{
 };
 use crate::net::gateway::error_body;
 use crate::net::tap::Accumulator;
-use crate::net::{
-    Config, Decision, ErrorText, Gateway, Hooks, Next, Record, RequestHead, StreamTap,
-};
+use crate::net::{Config, Decision, ErrorText, Gateway, Hooks, Record, RequestHead, StreamTap};
 
 /// The Python callables the engine calls per exchange.
 struct PyHooks {
@@ -187,15 +185,25 @@ impl GatewayEngine {
         self.gateway.dropped()
     }
 
-    /// The next finished exchange as a tuple (see `rapidsse.gateway.native`), None when none
-    /// came within `timeout` seconds, False once the gateway stopped and all were taken.
-    fn next_record<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyAny>> {
+    /// The finished exchanges waiting (at most `limit`), as a list of tuples (see
+    /// `rapidsse.gateway.native`), after waiting up to `timeout` seconds for the first (an empty
+    /// list: none came); False once the gateway stopped and all were taken.
+    #[pyo3(signature = (timeout, limit = 1024))]
+    fn next_records<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: f64,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let wait = Duration::from_secs_f64(timeout.max(0.0));
-        match py.detach(|| self.gateway.next_record(wait)) {
-            Next::Empty => Ok(py.None().into_bound(py)),
-            Next::Closed => Ok(false.into_pyobject(py)?.to_owned().into_any()),
-            Next::Record(record) => record_tuple(py, *record),
-        }
+        let Some(records) = py.detach(|| self.gateway.next_records(wait, limit)) else {
+            return Ok(false.into_pyobject(py)?.to_owned().into_any());
+        };
+        let items = records
+            .into_iter()
+            .map(|record| record_tuple(py, record))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(PyList::new(py, items)?.into_any())
     }
 
     /// Stops accepting; exchanges in flight get `grace` seconds to finish. Blocks meanwhile

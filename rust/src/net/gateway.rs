@@ -239,15 +239,6 @@ pub struct Gateway {
     dropped: Arc<AtomicU64>,
 }
 
-/// What [`Gateway::next_record`] found.
-pub enum Next {
-    Record(Box<Record>),
-    /// Nothing within the timeout.
-    Empty,
-    /// The gateway stopped and every record was taken.
-    Closed,
-}
-
 impl Gateway {
     /// Binds `config.listen`, starts the runtime and serves until [`stop`](Gateway::stop).
     pub fn start(config: Config, hooks: Arc<dyn Hooks>) -> Result<Gateway, String> {
@@ -311,14 +302,25 @@ impl Gateway {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// The next finished exchange, waiting up to `timeout`.
-    pub fn next_record(&self, timeout: Duration) -> Next {
+    /// The finished exchanges waiting, at most `limit` of them, after waiting up to `timeout`
+    /// for the first (empty: none came); None once the gateway stopped and all were taken. One
+    /// call takes what piled up meanwhile, so a consumer that comes back now and then is woken
+    /// once per batch, not once per exchange.
+    pub fn next_records(&self, timeout: Duration, limit: usize) -> Option<Vec<Record>> {
         let rx = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        match rx.recv_timeout(timeout) {
-            Ok(record) => Next::Record(Box::new(record)),
-            Err(RecvTimeoutError::Timeout) => Next::Empty,
-            Err(RecvTimeoutError::Disconnected) => Next::Closed,
+        let first = match rx.recv_timeout(timeout) {
+            Ok(record) => record,
+            Err(RecvTimeoutError::Timeout) => return Some(Vec::new()),
+            Err(RecvTimeoutError::Disconnected) => return None,
+        };
+        let mut records = vec![first];
+        while records.len() < limit.max(1) {
+            match rx.try_recv() {
+                Ok(record) => records.push(record),
+                Err(_) => break, // (a disconnect shows on the next call)
+            }
         }
+        Some(records)
     }
 
     /// Stops accepting, lets the exchanges in flight finish for up to `grace`, then ends the
@@ -1303,9 +1305,9 @@ mod tests {
             rest = &rest[size + 2..];
         }
         assert_eq!(body, STREAM);
-        let Next::Record(record) = gateway.next_record(Duration::from_secs(5)) else {
-            panic!("no record");
-        };
+        let mut records = gateway.next_records(Duration::from_secs(5), 16).unwrap();
+        assert_eq!(records.len(), 1, "one exchange, one record");
+        let record = records.pop().unwrap();
         assert_eq!(record.outcome, "complete");
         assert_eq!(record.protocol, Some(Protocol::Chat));
         assert_eq!(record.model.as_deref(), Some("m"));
@@ -1317,10 +1319,7 @@ mod tests {
         let snapshot = String::from_utf8(tap.acc.snapshot_json().unwrap()).unwrap();
         assert!(snapshot.contains("\"content\":\"Hello\""), "{snapshot}");
         gateway.stop(Duration::from_secs(1));
-        assert!(matches!(
-            gateway.next_record(Duration::from_secs(1)),
-            Next::Closed
-        ));
+        assert!(gateway.next_records(Duration::from_secs(1), 16).is_none());
     }
 
     #[test]
@@ -1349,9 +1348,9 @@ mod tests {
             text.contains(r#""type":"error","error":{"type":"api_error""#),
             "{text}"
         );
-        let Next::Record(record) = gateway.next_record(Duration::from_secs(5)) else {
-            panic!("no record");
-        };
+        let mut records = gateway.next_records(Duration::from_secs(5), 16).unwrap();
+        assert_eq!(records.len(), 1, "one exchange, one record");
+        let record = records.pop().unwrap();
         assert_eq!(record.outcome, "upstream_error");
         assert_eq!(record.status, 502);
     }

@@ -22,5 +22,5 @@ pub mod synthetic;
 pub mod tap;
 pub mod tokens;
 
-pub use gateway::{Config, Decision, ErrorText, Gateway, Hooks, Next, Record, RequestHead};
+pub use gateway::{Config, Decision, ErrorText, Gateway, Hooks, Record, RequestHead};
 pub use tap::{Protocol, Refused, StreamTap, TapError};
