@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Sleep;
 
 use super::client::{tls_config, upstream_client, Upstream};
+use super::stop::Stop;
 use super::tap::{Protocol, Refused, StreamTap};
 
 /// How the gateway is set up.
@@ -387,7 +388,7 @@ async fn accept_loop(
 ) {
     // Each connection holds a clone of `open`; when the last is dropped, `all_closed` ends.
     let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
-    let (closing_tx, closing) = watch::channel(false);
+    let closing = Stop::new();
     let grace = loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -413,18 +414,18 @@ async fn accept_loop(
                     async move { Ok::<_, Infallible>(handle(shared, req, ambiguous).await) }
                 });
                 let open = open.clone();
-                let mut closing = closing.clone();
+                let mut closing = closing.watch();
                 tokio::spawn(async move {
                     let conn = builder
                         .serve_connection(TokioIo::new(stream), service)
                         .with_upgrades();
                     tokio::pin!(conn);
-                    let closing = async move {
-                        let _ = closing.wait_for(|c| *c).await;
-                    };
+                    // (Polled on every wake of the connection, once per chunk: `Stop` costs an
+                    // atomic load there.)
                     tokio::select! {
+                        biased;
                         _ = conn.as_mut() => {}
-                        _ = closing => {
+                        _ = &mut closing => {
                             // Finish the exchange in flight, take no other.
                             conn.as_mut().graceful_shutdown();
                             let _ = conn.await;
@@ -443,7 +444,7 @@ async fn accept_loop(
     };
     drop(listener);
     drop(open);
-    let _ = closing_tx.send(true);
+    closing.stop();
     let _ = tokio::time::timeout(grace, all_closed.recv()).await;
     let _ = done.send(());
 }
@@ -922,7 +923,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
         }),
         read_timeout: shared.config.read_timeout,
         sleep: None,
-        waiting: false,
+        sleep_waker: None,
+        waiting_since: None,
     };
     let mut response = Response::new(Reply::Relay(Box::new(relay)));
     *response.status_mut() = upstream_parts.status;
@@ -1067,9 +1069,14 @@ pub(crate) struct Relay {
     upstream: Incoming,
     exchange: Option<Exchange>,
     read_timeout: Option<Duration>,
+    /// The read timeout's timer. It is not moved at every chunk (that re-files it in tokio's
+    /// timer wheel each time): when it fires, the stall is checked against `waiting_since` and
+    /// the timer set again if upstream did send meanwhile.
     sleep: Option<Pin<Box<Sleep>>>,
-    /// Whether the last poll of upstream found nothing (the read timeout runs since then).
-    waiting: bool,
+    /// The waker `sleep` was last polled with.
+    sleep_waker: Option<std::task::Waker>,
+    /// Since when the polls of upstream found nothing (None: the last one had a frame).
+    waiting_since: Option<tokio::time::Instant>,
 }
 
 impl Body for Relay {
@@ -1083,7 +1090,7 @@ impl Body for Relay {
         let this = self.get_mut();
         match Pin::new(&mut this.upstream).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                this.waiting = false;
+                this.waiting_since = None;
                 if let (Some(data), Some(exchange)) = (frame.data_ref(), this.exchange.as_mut()) {
                     let record = &mut exchange.record;
                     record.chunks += 1;
@@ -1135,16 +1142,27 @@ impl Body for Relay {
                 let Some(limit) = this.read_timeout else {
                     return Poll::Pending;
                 };
-                if !this.waiting {
-                    this.waiting = true;
-                    let deadline = tokio::time::Instant::now() + limit;
-                    match this.sleep.as_mut() {
-                        Some(sleep) => sleep.as_mut().reset(deadline),
-                        None => this.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
-                    }
+                let since = *this
+                    .waiting_since
+                    .get_or_insert_with(tokio::time::Instant::now);
+                let due = since + limit;
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                // Polled (its waker stored again) only when this task's waker is not the one it
+                // holds; otherwise it is asked whether it fired.
+                let mut fired = if matches!(&this.sleep_waker, Some(w) if w.will_wake(cx.waker())) {
+                    sleep.is_elapsed()
+                } else {
+                    this.sleep_waker = Some(cx.waker().clone());
+                    sleep.as_mut().poll(cx).is_ready()
+                };
+                if fired && due > tokio::time::Instant::now() {
+                    // Set while upstream was still sending: the stall began later.
+                    sleep.as_mut().reset(due);
+                    fired = sleep.as_mut().poll(cx).is_ready();
                 }
-                let sleep = this.sleep.as_mut().expect("set above");
-                if sleep.as_mut().poll(cx).is_ready() {
+                if fired {
                     if let Some(exchange) = this.exchange.take() {
                         exchange.end(Some((
                             "upstream_cut",

@@ -31,8 +31,9 @@ use std::time::{Duration, Instant, SystemTime};
 #[cfg(not(unix))]
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
+use super::stop::{Stop, Watch};
 use super::tap::Protocol;
 use super::tokens::TokenCounter;
 
@@ -127,7 +128,7 @@ struct Shared {
 pub struct Client {
     runtime: tokio::runtime::Runtime,
     shared: Arc<Shared>,
-    stop_tx: watch::Sender<bool>,
+    stop: Arc<Stop>,
     tx: Mutex<Option<mpsc::Sender<Message>>>,
     rx: Mutex<mpsc::Receiver<Message>>,
 }
@@ -168,7 +169,7 @@ impl Client {
                 idle: Mutex::new(Vec::new()),
                 grants: Mutex::new(HashMap::new()),
             }),
-            stop_tx: watch::channel(false).0,
+            stop: Stop::new(),
             tx: Mutex::new(Some(tx)),
             rx: Mutex::new(rx),
         })
@@ -178,12 +179,12 @@ impl Client {
     /// they ended: not measured, they warm the server and the pool up.
     pub fn warmup(&self, count: u64, cap: Option<usize>) {
         let shared = self.shared.clone();
-        let stop = self.stop_tx.subscribe();
+        let stop = self.stop.watch();
         self.runtime.block_on(async move {
             let slots = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
             let tasks: Vec<_> = (0..count)
                 .map(|index| {
-                    let (shared, slots, stop) = (shared.clone(), slots.clone(), stop.clone());
+                    let (shared, slots, stop) = (shared.clone(), slots.clone(), stop.watch());
                     tokio::spawn(async move {
                         let _permit = match slots {
                             Some(s) => Some(s.acquire_owned().await),
@@ -207,7 +208,7 @@ impl Client {
             return;
         };
         let shared = self.shared.clone();
-        let mut stop = self.stop_tx.subscribe();
+        let mut stop = self.stop.watch();
         self.runtime.spawn(async move {
             let local = match slots {
                 Slots::Local(cap) => Some(Arc::new(Semaphore::new(cap.max(1)))),
@@ -217,7 +218,7 @@ impl Client {
             let due_at = |offset: f64| start + Duration::from_secs_f64(offset.max(0.0));
             for (number, &(index, offset)) in plan.iter().enumerate() {
                 let due = due_at(offset);
-                if *stop.borrow() {
+                if stop.is_stopped() {
                     break;
                 }
                 // (Not for a request already due: tokio's timer would hold it to its next
@@ -225,7 +226,7 @@ impl Client {
                 if due > Instant::now() {
                     tokio::select! {
                         _ = tokio::time::sleep_until(due.into()) => {}
-                        _ = stop.wait_for(|s| *s) => break,
+                        _ = &mut stop => break,
                     }
                 }
                 // The cap's slots go in arrival order: taken here, one request after the other
@@ -233,7 +234,7 @@ impl Client {
                 let permit = match &local {
                     Some(semaphore) => tokio::select! {
                         permit = semaphore.clone().acquire_owned() => permit.ok(),
-                        _ = stop.wait_for(|s| *s) => {
+                        _ = &mut stop => {
                             // Stopped: this request and those due behind it waited for a slot.
                             for &(index, offset) in &plan[number..] {
                                 let due = due_at(offset);
@@ -247,7 +248,7 @@ impl Client {
                     },
                     None => None,
                 };
-                let (shared, tx, stop) = (shared.clone(), tx.clone(), stop.clone());
+                let (shared, tx, stop) = (shared.clone(), tx.clone(), stop.watch());
                 tasks.push(tokio::spawn(async move {
                     let sample = slotted(&shared, index, due, slots, permit, &tx, stop).await;
                     let _ = tx.send(Message::Sample(Box::new(sample)));
@@ -282,7 +283,7 @@ impl Client {
     /// Stops the run: the requests in flight (or waiting for a slot) end now, failed with
     /// [`Texts::interrupted`]; those not yet due are left out. [`Message::Done`] follows.
     pub fn stop(&self) {
-        let _ = self.stop_tx.send(true);
+        self.stop.stop();
     }
 }
 
@@ -295,7 +296,7 @@ async fn slotted(
     slots: Slots,
     permit: Option<OwnedSemaphorePermit>,
     tx: &mpsc::Sender<Message>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Watch,
 ) -> Sample {
     let _permit = permit;
     if let Slots::External = slots {
@@ -308,7 +309,7 @@ async fn slotted(
         let _ = tx.send(Message::Want(index));
         tokio::select! {
             _ = grant_rx => {}
-            _ = stop.wait_for(|s| *s) => return interrupted(shared, index, due),
+            _ = &mut stop => return interrupted(shared, index, due),
         }
     }
     request(shared, index, due, stop).await
@@ -324,21 +325,19 @@ fn interrupted(shared: &Shared, index: u64, due: Instant) -> Sample {
 }
 
 /// Sends request `index` and reads its response, within the timeout and until a stop.
-async fn request(
-    shared: &Shared,
-    index: u64,
-    due: Instant,
-    mut stop: watch::Receiver<bool>,
-) -> Sample {
+async fn request(shared: &Shared, index: u64, due: Instant, mut stop: Watch) -> Sample {
     let mut exchange = Exchange::new(shared.target.protocol, index, due);
     exchange.sample.queued = due.elapsed().as_secs_f64();
     let body = &shared.bodies[(index % shared.bodies.len() as u64) as usize];
+    // (`stop` is polled at every wake of the request, once per read: `Watch` costs an atomic
+    // load there.)
     let (outcome, end) = tokio::select! {
+        biased;
         outcome = tokio::time::timeout(shared.timeout, exchange.run(shared, body)) => match outcome {
             Ok(outcome) => (outcome, None),
             Err(_) => (Err(shared.texts.timeout.clone()), Some(Instant::now())),
         },
-        _ = stop.wait_for(|s| *s) => (Err(shared.texts.interrupted.clone()), Some(Instant::now())),
+        _ = &mut stop => (Err(shared.texts.interrupted.clone()), Some(Instant::now())),
     };
     exchange.finish(outcome, end)
 }

@@ -9,7 +9,8 @@
 //! - [`serve`]: the server of `rapidsse serve --engine native`, pacing the streams of
 //!   [`synthetic`] or the recordings of [`replay`];
 //! - [`measure`]: the benchmark client of `rapidsse measure --engine native`, counting with
-//!   [`tokens`].
+//!   [`tokens`];
+//! - [`stop`]: the stop signal the connections and requests wait for beside their work.
 
 pub mod client;
 pub mod gateway;
@@ -18,6 +19,7 @@ pub mod measure;
 pub mod realtime;
 pub mod replay;
 pub mod serve;
+pub mod stop;
 pub mod synthetic;
 pub mod tap;
 pub mod tokens;
