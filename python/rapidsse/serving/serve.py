@@ -928,7 +928,39 @@ class BackgroundServer:
         self.stop()
 
 
-class ReplayServer(BackgroundServer):
+class _EngineServer(BackgroundServer):
+    """A :class:`BackgroundServer` on either engine: the subclass gives its ASGI app
+    (:meth:`_app`) and how to start the native server (:meth:`_start_native`)."""
+
+    def _choose(self, engine: str, workers: int, host: str, port: int, log_level: str) -> None:
+        self.engine = choose_engine(engine)
+        self.workers = workers
+        self._native: Any = None
+        if self.engine == "native":
+            self.host, self.port, self.log_level = host, port, log_level
+            return
+        if workers != 1:
+            raise ValueError(f"{type(self).__name__} runs one asyncio server: workers=N is for engine='native'")
+        super().__init__(self._app(), host=host, port=port, log_level=log_level)
+
+    _app: Callable[[], Any]
+    _start_native: Callable[[], Any]
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.engine != "native":
+            return super().start(timeout)
+        self._native = self._start_native()
+        self.port = self._native.address[1]
+
+    def stop(self) -> None:
+        if self.engine != "native":
+            return super().stop()
+        if self._native is not None:
+            self._native.stop()
+            self._native = None
+
+
+class ReplayServer(_EngineServer):
     """The replay server of :func:`create_app` in a background thread (see :class:`BackgroundServer`).
 
     ``files``: recordings (paths); ``rate``: events per second after the first (``0``: as fast as
@@ -953,29 +985,13 @@ class ReplayServer(BackgroundServer):
     ) -> None:
         self.recordings = [f if isinstance(f, Recording) else load_recording(f) for f in files]
         self.pacing = Pacing(ttft=ttft, rate=rate)
-        self.engine = choose_engine(engine)
-        self.workers = workers
-        self._native: Any = None
-        if self.engine == "native":
-            self.host, self.port, self.log_level = host, port, log_level
-            return
-        if workers != 1:
-            raise ValueError("ReplayServer runs one asyncio server: workers=N is for engine='native'")
-        super().__init__(create_app(self.recordings, pacing=self.pacing), host=host, port=port,
-                         log_level=log_level)
+        self._choose(engine, workers, host, port, log_level)
 
-    def start(self, timeout: float = 10.0) -> None:
-        if self.engine != "native":
-            return super().start(timeout)
-        self._native = start_native_replay(self.recordings, self.pacing, self.host, self.port, self.workers)
-        self.port = self._native.address[1]
+    def _app(self) -> Any:
+        return create_app(self.recordings, pacing=self.pacing)
 
-    def stop(self) -> None:
-        if self.engine != "native":
-            return super().stop()
-        if self._native is not None:
-            self._native.stop()
-            self._native = None
+    def _start_native(self) -> Any:
+        return start_native_replay(self.recordings, self.pacing, self.host, self.port, self.workers)
 
     @property
     def ws_url(self) -> str:
@@ -983,7 +999,7 @@ class ReplayServer(BackgroundServer):
         return "ws" + self.url[len("http") :] + "/v1/realtime"
 
 
-class SyntheticServer(BackgroundServer):
+class SyntheticServer(_EngineServer):
     """The synthetic server in a background thread (see :class:`BackgroundServer`): ``tokens`` per
     stream, the first ``ttft`` seconds after the request, then ``rate`` tokens per second.
 
@@ -1004,28 +1020,13 @@ class SyntheticServer(BackgroundServer):
         workers: int = 1,
     ) -> None:
         self.synthetic = Synthetic(tokens=tokens, rate=rate, ttft=ttft)
-        self.engine = choose_engine(engine)
-        self.workers = workers
-        self._native: Any = None
-        if self.engine == "native":
-            self.host, self.port, self.log_level = host, port, log_level
-            return
-        if workers != 1:
-            raise ValueError("SyntheticServer runs one asyncio server: workers=N is for engine='native'")
-        super().__init__(create_synthetic_app(self.synthetic), host=host, port=port, log_level=log_level)
+        self._choose(engine, workers, host, port, log_level)
 
-    def start(self, timeout: float = 10.0) -> None:
-        if self.engine != "native":
-            return super().start(timeout)
-        self._native = start_native(self.synthetic, self.host, self.port, self.workers)
-        self.port = self._native.address[1]
+    def _app(self) -> Any:
+        return create_synthetic_app(self.synthetic)
 
-    def stop(self) -> None:
-        if self.engine != "native":
-            return super().stop()
-        if self._native is not None:
-            self._native.stop()
-            self._native = None
+    def _start_native(self) -> Any:
+        return start_native(self.synthetic, self.host, self.port, self.workers)
 
 
 # --- The native engine ----------------------------------------------------------------------------
@@ -1042,7 +1043,7 @@ def native_available() -> bool:
         return False
     from .._backend import core
 
-    return hasattr(core(), "SyntheticEngine") and hasattr(core(), "ReplayEngine")
+    return hasattr(core(), "ServeEngine")
 
 
 def choose_engine(engine: str | None) -> str:
@@ -1066,27 +1067,27 @@ def choose_engine(engine: str | None) -> str:
 
 
 def start_native(spec: Synthetic, host: str, port: int, workers: int = 1) -> Any:
-    """Starts the native synthetic server (``rapidsse._rapidsse.SyntheticEngine``) on ``host``
+    """Starts the native synthetic server (``rapidsse._rapidsse.ServeEngine.synthetic``) on ``host``
     (an IP address, or a name resolved here) and ``port``, with ``workers`` threads; OSError when
     the address cannot be had. Its ``address`` is ``(host, port)``, ``health(reset=False)`` the
     body of ``/health`` as JSON text, ``stop()`` ends it."""
     from .._backend import core
 
-    return core().SyntheticEngine(host=_ip(host), port=port, tokens=spec.tokens, rate=spec.rate, ttft=spec.ttft,
-                                  workers=workers)
+    return core().ServeEngine.synthetic(host=_ip(host), port=port, tokens=spec.tokens, rate=spec.rate,
+                                        ttft=spec.ttft, workers=workers)
 
 
 def start_native_replay(recordings: Sequence[Recording], pacing: Pacing, host: str, port: int,
                         workers: int = 1) -> Any:
-    """Starts the native replay server (``rapidsse._rapidsse.ReplayEngine``) with ``recordings``
+    """Starts the native replay server (``rapidsse._rapidsse.ServeEngine.replay``) with ``recordings``
     (handed over once: each one's protocol, pieces and final object as JSON) on ``host`` and
     ``port``, with ``workers`` threads; as :func:`start_native` otherwise. ValueError for a
     Realtime recording whose messages are not UTF-8."""
     from .._backend import core
 
     handed = [(r.protocol, r.events, None if r.final is None else msgspec.json.encode(r.final)) for r in recordings]
-    return core().ReplayEngine(host=_ip(host), port=port, recordings=handed, ttft=pacing.ttft, rate=pacing.rate,
-                               workers=workers)
+    return core().ServeEngine.replay(host=_ip(host), port=port, recordings=handed, ttft=pacing.ttft,
+                                     rate=pacing.rate, workers=workers)
 
 
 def _ip(host: str) -> str:

@@ -254,8 +254,7 @@ fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<accumulate::CompletionsCore>()?;
     m.add_class::<accumulate::AnthropicCore>()?;
     m.add_class::<net::GatewayEngine>()?;
-    m.add_class::<serve::SyntheticEngine>()?;
-    m.add_class::<serve::ReplayEngine>()?;
+    m.add_class::<serve::ServeEngine>()?;
     m.add_class::<measure::MeasureEngine>()?;
     m.add_function(wrap_pyfunction!(structs::_struct_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,6 +1,6 @@
 //! The native server for Python (`rapidsse serve --engine native`): starts
 //! [`crate::net::serve::Server`] on its own threads (no GIL on them) with synthetic streams
-//! ([`SyntheticEngine`]) or recordings ([`ReplayEngine`]), and hands its address, its `/health`
+//! or recordings ([`ServeEngine`]), and hands its address, its `/health`
 //! body and a way to stop it to the Python side.
 
 use std::net::{IpAddr, SocketAddr};
@@ -35,19 +35,23 @@ fn start(
         .map_err(PyOSError::new_err)
 }
 
-/// A running native synthetic server.
+/// A recording as Python hands it over: protocol, pieces, final object's JSON.
+type Handed = (String, Vec<Vec<u8>>, Option<Vec<u8>>);
+
+/// A running native server: synthetic streams ([`ServeEngine::synthetic`]) or recordings
+/// ([`ServeEngine::replay`]).
 #[pyclass(module = "rapidsse._rapidsse")]
-pub struct SyntheticEngine {
+pub struct ServeEngine {
     server: Server,
 }
 
 #[pymethods]
-impl SyntheticEngine {
+impl ServeEngine {
     /// Binds `host:port` (`0`: a free port) and starts `workers` threads serving streams of
     /// `tokens` tokens, the first `ttft` seconds after the request, then `rate` per second.
-    #[new]
-    #[pyo3(signature = (*, host, port, tokens, rate, ttft, workers))]
-    fn new(
+    #[staticmethod]
+    #[pyo3(signature = (*, host, port, tokens, rate, ttft, workers = 1))]
+    fn synthetic(
         py: Python<'_>,
         host: &str,
         port: u16,
@@ -58,47 +62,16 @@ impl SyntheticEngine {
     ) -> PyResult<Self> {
         let spec = Spec::new(tokens, rate, ttft).map_err(PyValueError::new_err)?;
         let server = start(py, host, port, Streams::Synthetic(spec), workers)?;
-        Ok(SyntheticEngine { server })
+        Ok(ServeEngine { server })
     }
 
-    /// `(host, port)` listened on.
-    #[getter]
-    fn address(&self) -> (String, u16) {
-        let addr = self.server.local_addr();
-        (addr.ip().to_string(), addr.port())
-    }
-
-    /// The body of `/health` as JSON text; `reset`: the tallies then start anew.
-    #[pyo3(signature = (reset = false))]
-    fn health(&self, reset: bool) -> String {
-        self.server.health(reset).to_string()
-    }
-
-    /// Stops serving (the streams in flight are cut) and waits for the threads, the GIL
-    /// released. A second call does nothing.
-    fn stop(&self, py: Python<'_>) {
-        py.detach(|| self.server.stop());
-    }
-}
-
-/// A recording as Python hands it over: protocol, pieces, final object's JSON.
-type Handed = (String, Vec<Vec<u8>>, Option<Vec<u8>>);
-
-/// A running native replay server.
-#[pyclass(module = "rapidsse._rapidsse")]
-pub struct ReplayEngine {
-    server: Server,
-}
-
-#[pymethods]
-impl ReplayEngine {
     /// Binds `host:port` (`0`: a free port) and starts `workers` threads replaying
     /// `recordings`, each `(protocol, pieces, final_json)`: the protocol's name, the pieces sent
     /// one at a time, and the JSON answered to a request without `"stream": true` (None: such a
     /// request is refused). Pieces are due `ttft + i / rate` seconds after the request.
-    #[new]
+    #[staticmethod]
     #[pyo3(signature = (*, host, port, recordings, ttft, rate, workers = 1))]
-    fn new(
+    fn replay(
         py: Python<'_>,
         host: &str,
         port: u16,
@@ -115,7 +88,7 @@ impl ReplayEngine {
         });
         let library = Library::new(pacing, recordings).map_err(PyValueError::new_err)?;
         let server = start(py, host, port, Streams::Replay(Arc::new(library)), workers)?;
-        Ok(ReplayEngine { server })
+        Ok(ServeEngine { server })
     }
 
     /// `(host, port)` listened on.
@@ -125,8 +98,8 @@ impl ReplayEngine {
         (addr.ip().to_string(), addr.port())
     }
 
-    /// The body of `/health` as JSON text (`reset` is accepted for the synthetic server's
-    /// sake and changes nothing here).
+    /// The body of `/health` as JSON text; `reset`: the tallies then start anew (a replay
+    /// server keeps none, and ignores it).
     #[pyo3(signature = (reset = false))]
     fn health(&self, reset: bool) -> String {
         self.server.health(reset).to_string()

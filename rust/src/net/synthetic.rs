@@ -62,12 +62,11 @@ impl Spec {
     /// Seconds after the request at which token `index` (0-based) is due: `ttft + index / rate`,
     /// always from the request's arrival, so that a late token does not delay the next.
     pub fn due(&self, index: usize) -> f64 {
-        self.ttft
-            + if self.rate > 0.0 {
-                index as f64 / self.rate
-            } else {
-                0.0
-            }
+        let pacing = super::replay::Pacing {
+            ttft: self.ttft,
+            rate: self.rate,
+        };
+        pacing.due(index)
     }
 }
 
