@@ -1372,4 +1372,41 @@ mod tests {
         assert_eq!(record.outcome, "upstream_error");
         assert_eq!(record.status, 502);
     }
+
+    #[test]
+    fn finished_exchanges_are_taken_in_batches_of_at_most_the_limit() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let gateway = Gateway::start(config(closed), Arc::new(NoHooks)).unwrap();
+        let addr = gateway.local_addr();
+        for n in 0..3 {
+            let received = runtime.block_on(async move {
+                let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+                socket
+                    .write_all(format!("POST /v1/messages?n={n} HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}").as_bytes())
+                    .await
+                    .unwrap();
+                let mut out = Vec::new();
+                socket.read_to_end(&mut out).await.unwrap();
+                out
+            });
+            assert!(received.starts_with(b"HTTP/1.1 502"));
+        }
+        // The three are queued before their replies end: two, then the third, then none.
+        let first = gateway.next_records(Duration::from_secs(5), 2).unwrap();
+        assert_eq!(first.len(), 2);
+        let second = gateway.next_records(Duration::from_secs(5), 16).unwrap();
+        assert_eq!(second.len(), 1);
+        assert!(first
+            .iter()
+            .chain(&second)
+            .all(|r| r.outcome == "upstream_error" && r.path == "/v1/messages"));
+        let none = gateway.next_records(Duration::from_millis(50), 16).unwrap();
+        assert!(none.is_empty());
+        gateway.stop(Duration::from_secs(1));
+        assert!(gateway.next_records(Duration::from_secs(1), 16).is_none());
+    }
 }
