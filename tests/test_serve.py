@@ -290,7 +290,9 @@ def test_realtime_websocket(path, engine):
         expected.feed(line)
     received = []
     acc = RealtimeAccumulator()
-    with ReplayServer([path], rate=2000, engine=engine) as server:
+    # (ttft: the client's two messages go out before the replay starts; without it a short
+    # recording could end, and the server close, before the second was sent.)
+    with ReplayServer([path], rate=2000, ttft=0.2, engine=engine) as server:
         with connect(server.ws_url, open_timeout=TIMEOUT, close_timeout=2) as ws:
             ws.send(json.dumps({"type": "session.update", "session": {}}))
             ws.send(json.dumps({"type": "response.create"}))
