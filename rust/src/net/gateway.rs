@@ -1340,26 +1340,37 @@ mod tests {
         assert!(gateway.next_records(Duration::from_secs(1), 16).is_none());
     }
 
-    #[test]
-    fn an_unreachable_upstream_is_a_502_in_the_protocols_shape() {
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        // A port nothing listens on: bound, then closed.
+    /// A gateway whose upstream is a port nothing listens on (bound, then closed).
+    fn unreachable_gateway() -> Gateway {
         let closed = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap();
-        let gateway = Gateway::start(config(closed), Arc::new(NoHooks)).unwrap();
-        let addr = gateway.local_addr();
-        let received = runtime.block_on(async move {
+        Gateway::start(config(closed), Arc::new(NoHooks)).unwrap()
+    }
+
+    /// `POST /v1/messages` (`?query` unless empty) with `{}` on a connection of its own: the
+    /// reply, whole.
+    fn post_messages(runtime: &tokio::runtime::Runtime, addr: SocketAddr, query: &str) -> Vec<u8> {
+        let target = match query {
+            "" => "/v1/messages".to_owned(),
+            query => format!("/v1/messages?{query}"),
+        };
+        let request = format!("POST {target} HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}");
+        runtime.block_on(async move {
             let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-            socket
-                .write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-                .await
-                .unwrap();
+            socket.write_all(request.as_bytes()).await.unwrap();
             let mut out = Vec::new();
             socket.read_to_end(&mut out).await.unwrap();
             out
-        });
+        })
+    }
+
+    #[test]
+    fn an_unreachable_upstream_is_a_502_in_the_protocols_shape() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let gateway = unreachable_gateway();
+        let received = post_messages(&runtime, gateway.local_addr(), "");
         let text = String::from_utf8_lossy(&received);
         assert!(text.starts_with("HTTP/1.1 502"), "{text}");
         assert!(
@@ -1376,23 +1387,9 @@ mod tests {
     #[test]
     fn finished_exchanges_are_taken_in_batches_of_at_most_the_limit() {
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        let closed = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let gateway = Gateway::start(config(closed), Arc::new(NoHooks)).unwrap();
-        let addr = gateway.local_addr();
+        let gateway = unreachable_gateway();
         for n in 0..3 {
-            let received = runtime.block_on(async move {
-                let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-                socket
-                    .write_all(format!("POST /v1/messages?n={n} HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}").as_bytes())
-                    .await
-                    .unwrap();
-                let mut out = Vec::new();
-                socket.read_to_end(&mut out).await.unwrap();
-                out
-            });
+            let received = post_messages(&runtime, gateway.local_addr(), &format!("n={n}"));
             assert!(received.starts_with(b"HTTP/1.1 502"));
         }
         // The three are queued before their replies end: two, then the third, then none.
