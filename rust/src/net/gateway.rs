@@ -32,6 +32,7 @@ use tokio::time::Sleep;
 use super::client::{tls_config, upstream_client, Upstream};
 use super::stop::Stop;
 use super::tap::{Protocol, Refused, StreamTap};
+use super::upstream::{self, Origin, Pool};
 
 /// How the gateway is set up.
 #[derive(Clone, Debug)]
@@ -157,6 +158,8 @@ pub(crate) struct Base {
     prefix: String,
     pub(crate) secure: bool,
     pub(crate) authority: String,
+    /// Where a plain-HTTP upstream's connections go.
+    origin_h1: Origin,
 }
 
 impl Base {
@@ -183,7 +186,17 @@ impl Base {
         if uri.query().is_some() {
             return Err(format!("upstream {name:?}: {url:?} has a query"));
         }
+        let host = uri.host().unwrap_or_default();
+        let origin_h1 = Origin {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port: uri.port_u16().unwrap_or(if secure { 443 } else { 80 }),
+            authority: authority.clone(),
+        };
         Ok(Base {
+            origin_h1,
             name: name.to_owned(),
             origin: format!("{scheme}://{authority}"),
             prefix: uri.path().trim_end_matches('/').to_owned(),
@@ -214,6 +227,8 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) bases: Vec<Base>,
     pub(crate) client: Upstream,
+    /// The idle connections of plain-HTTP upstreams.
+    pub(crate) pool: Arc<Pool>,
     pub(crate) tls: rustls::ClientConfig,
     pub(crate) hooks: Arc<dyn Hooks>,
     pub(crate) sink: Arc<Sink>,
@@ -275,6 +290,7 @@ impl Gateway {
             .map_err(|e| format!("cannot listen: {e}"))?;
         let shared = Arc::new(Shared {
             client: upstream_client(tls.clone(), config.connect_timeout, config.max_idle),
+            pool: Arc::new(Pool::new(config.max_idle, config.connect_timeout)),
             tls,
             bases,
             hooks,
@@ -855,35 +871,42 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
         Err(message) => return refuse(&shared, record, started, StatusCode::BAD_REQUEST, &message),
     };
     let upstream_headers = header_map(&headers);
-    let request = || {
-        let mut upstream_req = Request::new(Full::new(body.clone()));
-        *upstream_req.method_mut() = method.clone();
-        *upstream_req.uri_mut() = uri.clone();
-        *upstream_req.headers_mut() = upstream_headers.clone();
-        upstream_req
+    // A plain-HTTP upstream is read on this task (see `upstream`); https ones (TLS, HTTP/2) and
+    // a HEAD (no body whatever its headers say) go through hyper's client.
+    let reply = if !base.secure && method != Method::HEAD {
+        let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let request =
+            upstream::request_bytes(&method, target, &base.authority, &upstream_headers, &body);
+        let sent = upstream::send(&shared.pool, &base.origin_h1, &request);
+        within_read_timeout(&shared, sent)
+            .await
+            .map(|r| (r.status, r.headers, Source::Direct(Box::new(r.body))))
+    } else {
+        let request = || {
+            let mut upstream_req = Request::new(Full::new(body.clone()));
+            *upstream_req.method_mut() = method.clone();
+            *upstream_req.uri_mut() = uri.clone();
+            *upstream_req.headers_mut() = upstream_headers.clone();
+            upstream_req
+        };
+        // The keep-alive race: upstream closed a pooled connection just as the request was
+        // written on it, and it never answered. hyper's pool resends only what it had not
+        // written yet; this sends such a request once more, on a new connection (as the
+        // asyncio engine does). A refused connect is not sent again.
+        let sent = async {
+            match shared.client.request(request()).await {
+                Err(e) if closed_unanswered(&e) => shared.client.request(request()).await,
+                other => other,
+            }
+            .map_err(|e| describe_client_error(&e))
+        };
+        within_read_timeout(&shared, sent).await.map(|r| {
+            let (parts, body) = r.into_parts();
+            (parts.status, parts.headers, Source::Hyper(body))
+        })
     };
-    // The keep-alive race: upstream closed a pooled connection just as the request was written
-    // on it, and it never answered. hyper's pool resends only what it had not written yet; this
-    // sends such a request once more, on a new connection (as the asyncio engine does). A
-    // refused connect is not sent again.
-    let sent = async {
-        match shared.client.request(request()).await {
-            Err(e) if closed_unanswered(&e) => shared.client.request(request()).await,
-            other => other,
-        }
-    };
-    let reply = match shared.config.read_timeout {
-        Some(limit) => match tokio::time::timeout(limit, sent).await {
-            Ok(reply) => reply.map_err(|e| describe_client_error(&e)),
-            Err(_) => Err(format!(
-                "TimeoutError: upstream sent no reply for {} s",
-                fmt_secs(limit)
-            )),
-        },
-        None => sent.await.map_err(|e| describe_client_error(&e)),
-    };
-    let upstream = match reply {
-        Ok(upstream) => upstream,
+    let (status, mut upstream_headers, upstream_body) = match reply {
+        Ok(reply) => reply,
         Err(message) => {
             record.outcome = "upstream_error";
             record.status = 502;
@@ -899,9 +922,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
         }
     };
     record.ttfb = Some(seconds(started));
-    record.status = upstream.status().as_u16();
-    let (mut upstream_parts, upstream_body) = upstream.into_parts();
-    let media = media_type(&upstream_parts.headers);
+    record.status = status.as_u16();
+    let media = media_type(&upstream_headers);
     let tapping = shared.config.tap && protocol.is_some();
     let mut tap = None;
     let mut keep = None;
@@ -910,7 +932,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
     } else if tapping && media == "application/json" && record.status < 300 {
         keep = Some(Vec::new());
     }
-    strip_hop_by_hop(&mut upstream_parts.headers);
+    strip_hop_by_hop(&mut upstream_headers);
     let relay = Relay {
         upstream: upstream_body,
         exchange: Some(Exchange {
@@ -927,9 +949,25 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
         waiting_since: None,
     };
     let mut response = Response::new(Reply::Relay(Box::new(relay)));
-    *response.status_mut() = upstream_parts.status;
-    *response.headers_mut() = upstream_parts.headers;
+    *response.status_mut() = status;
+    *response.headers_mut() = upstream_headers;
     response
+}
+
+/// Upstream's reply (its head), or why there is none: no head within the read timeout is one.
+async fn within_read_timeout<T>(
+    shared: &Shared,
+    sent: impl Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    match shared.config.read_timeout {
+        Some(limit) => tokio::time::timeout(limit, sent).await.unwrap_or_else(|_| {
+            Err(format!(
+                "TimeoutError: upstream sent no reply for {} s",
+                fmt_secs(limit)
+            ))
+        }),
+        None => sent.await,
+    }
 }
 
 fn fmt_secs(d: Duration) -> String {
@@ -1062,11 +1100,41 @@ impl Exchange {
     }
 }
 
+/// Where a relayed body comes from: hyper's client (https upstreams), or a plain-HTTP
+/// connection read on the relay's task.
+enum Source {
+    Hyper(Incoming),
+    Direct(Box<upstream::Body>),
+}
+
+impl Source {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self {
+            Source::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Source::Direct(body) => body.poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Source::Hyper(body) => body.is_end_stream(),
+            Source::Direct(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Source::Hyper(body) => body.size_hint(),
+            Source::Direct(body) => body.size_hint(),
+        }
+    }
+}
+
 /// Upstream's body relayed to the client: each frame handed on as it came (hyper writes it as
 /// soon as the client's connection takes it, and polls for the next only then: backpressure),
 /// counted and fed to the tap on the way.
 pub(crate) struct Relay {
-    upstream: Incoming,
+    upstream: Source,
     exchange: Option<Exchange>,
     read_timeout: Option<Duration>,
     /// The read timeout's timer. It is not moved at every chunk (that re-files it in tokio's
@@ -1088,7 +1156,7 @@ impl Body for Relay {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.upstream).poll_frame(cx) {
+        match this.upstream.poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 this.waiting_since = None;
                 if let (Some(data), Some(exchange)) = (frame.data_ref(), this.exchange.as_mut()) {
@@ -1130,7 +1198,7 @@ impl Body for Relay {
                         format!("upstream cut the stream: {err}"),
                     )));
                 }
-                Poll::Ready(Some(Err(err.into())))
+                Poll::Ready(Some(Err(err)))
             }
             Poll::Ready(None) => {
                 if let Some(exchange) = this.exchange.take() {
