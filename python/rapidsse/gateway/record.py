@@ -55,7 +55,9 @@ class ExchangeRecord(msgspec.Struct):
     Times are seconds from the request's arrival: ``ttfb`` to upstream's status line and
     headers, ``ttft`` to the first chunk that brought output (text, refusal, reasoning or tool
     arguments; ``None`` untapped or when none came), ``duration`` to the end of the exchange.
-    ``chunks`` and ``bytes`` count the body as forwarded (for a WebSocket, the server's messages);
+    ``chunks`` and ``bytes`` count the body as forwarded: the pieces it went out in (about one per
+    read from upstream, however many HTTP chunks that read held; for a WebSocket, the server's
+    messages) and its bytes;
     ``events`` the tap's events (``None`` untapped). ``tokens`` is ``None`` when upstream sent no
     usage. ``caller`` is what ``on_request`` set as :attr:`GatewayRequest.caller` (never taken from
     the request by the gateway itself). ``error`` says what went wrong for every outcome but
