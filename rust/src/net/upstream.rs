@@ -453,13 +453,30 @@ mod tests {
         (bytes, frames, trailers)
     }
 
-    #[test]
-    fn chunks_of_one_read_are_one_frame_and_the_connection_is_kept() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
+    /// `test` run on a runtime of its own.
+    fn run(test: impl std::future::Future<Output = ()>) {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .unwrap();
-        runtime.block_on(async {
+            .unwrap()
+            .block_on(test);
+    }
+
+    /// A pool, and the bytes of a request to `origin` with no header of its own.
+    fn pool_and_request(
+        origin: &Origin,
+        method: http::Method,
+        target: &str,
+        body: &[u8],
+    ) -> (Arc<Pool>, Vec<u8>) {
+        let pool = Arc::new(Pool::new(4, Duration::from_secs(1)));
+        let request = request_bytes(&method, target, &origin.authority, &HeaderMap::new(), body);
+        (pool, request)
+    }
+
+    #[test]
+    fn chunks_of_one_read_are_one_frame_and_the_connection_is_kept() {
+        run(async {
             let chunked: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
 transfer-encoding: chunked\r\nx-vendor: a\r\nx-vendor: b\r\n\r\n6\r\ndata: \r\n3\r\n1\n\n\r\n\
 6\r\ndata: \r\n3\r\n2\n\n\r\n0\r\nx-checksum: 7\r\n\r\n";
@@ -468,14 +485,8 @@ transfer-encoding: chunked\r\nx-vendor: a\r\nx-vendor: b\r\n\r\n6\r\ndata: \r\n3
                 (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", false),
             ])
             .await;
-            let pool = Arc::new(Pool::new(4, Duration::from_secs(1)));
-            let request = request_bytes(
-                &http::Method::POST,
-                "/v1/chat/completions",
-                &origin.authority,
-                &HeaderMap::new(),
-                b"{}",
-            );
+            let (pool, request) =
+                pool_and_request(&origin, http::Method::POST, "/v1/chat/completions", b"{}");
             let reply = send(&pool, &origin, &request).await.unwrap();
             assert_eq!(reply.status, StatusCode::OK);
             let vendor: Vec<_> = reply.headers.get_all("x-vendor").iter().collect();
@@ -497,24 +508,13 @@ transfer-encoding: chunked\r\nx-vendor: a\r\nx-vendor: b\r\n\r\n6\r\ndata: \r\n3
 
     #[test]
     fn a_pooled_connection_closed_by_upstream_is_not_reused_and_a_cut_body_is_an_error() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        run(async {
             let (origin, accepted) = server(vec![
                 (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", true),
                 (b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n{}", true),
             ])
             .await;
-            let pool = Arc::new(Pool::new(4, Duration::from_secs(1)));
-            let request = request_bytes(
-                &http::Method::GET,
-                "/",
-                &origin.authority,
-                &HeaderMap::new(),
-                b"",
-            );
+            let (pool, request) = pool_and_request(&origin, http::Method::GET, "/", b"");
             assert!(!String::from_utf8_lossy(&request).contains("content-length"));
             let reply = send(&pool, &origin, &request).await.unwrap();
             assert_eq!(body_of(reply.body).await.0, b"{}");
