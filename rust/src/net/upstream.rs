@@ -354,8 +354,9 @@ fn trailer(line: &[u8]) -> Option<(HeaderName, HeaderValue)> {
     Some((name, value))
 }
 
-/// A request's bytes: the request line, `host`, `headers`, `content-length` (when there is a body,
-/// or the method has one), the blank line and the body.
+/// A request's bytes: the request line, `host` (unless `headers` name one: an `on_request` hook
+/// may), `headers` but their body framing, `content-length` (when there is a body, or the method
+/// has one), the blank line and the body.
 pub fn request_bytes(
     method: &http::Method,
     target: &str,
@@ -367,10 +368,16 @@ pub fn request_bytes(
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    out.extend_from_slice(authority.as_bytes());
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if !headers.contains_key(http::header::HOST) {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(authority.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     for (name, value) in headers {
+        if name == http::header::CONTENT_LENGTH || name == http::header::TRANSFER_ENCODING {
+            continue;
+        }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -516,6 +523,15 @@ transfer-encoding: chunked\r\nx-vendor: a\r\nx-vendor: b\r\n\r\n6\r\ndata: \r\n3
             .await;
             let (pool, request) = pool_and_request(&origin, http::Method::GET, "/", b"");
             assert!(!String::from_utf8_lossy(&request).contains("content-length"));
+            let mut own = HeaderMap::new();
+            own.insert("host", HeaderValue::from_static("models.internal"));
+            own.insert("content-length", HeaderValue::from_static("99"));
+            let text = request_bytes(&http::Method::POST, "/", "127.0.0.1:1", &own, b"{}");
+            assert_eq!(
+                String::from_utf8(text).unwrap(),
+                "POST / HTTP/1.1\r\nhost: models.internal\r\ncontent-length: 2\r\n\r\n{}",
+                "a hook's host is the one sent, the length is the body's"
+            );
             let reply = send(&pool, &origin, &request).await.unwrap();
             assert_eq!(body_of(reply.body).await.0, b"{}");
             // Upstream closed the kept connection: the next request goes on a new one.
