@@ -178,6 +178,8 @@ async fn exchange(
         trailers: None,
         ended: false,
         keep_alive: false,
+        failed: None,
+        held: false,
         pool: None,
     };
     let mut head = None;
@@ -210,6 +212,10 @@ pub struct Body {
     trailers: Option<HeaderMap>,
     ended: bool,
     keep_alive: bool,
+    /// Why the body cannot end well (a cut, a framing error), once the bytes before it are given.
+    failed: Option<io::Error>,
+    /// `failed` was held back for one poll (see [`poll_frame`](Body::poll_frame)).
+    held: bool,
     /// Where the connection goes back to.
     pool: Option<(Arc<Pool>, String)>,
 }
@@ -287,10 +293,24 @@ impl Body {
     }
 
     /// The next frame: the body bytes of the next read (or of the head's), then the trailers.
+    ///
+    /// A failure comes after every byte read before it, and one poll late: hyper's server drops
+    /// what it has not written yet when the body fails, and it writes what it holds when the body
+    /// has nothing (`Pending`). So a cut found right behind the last bytes (both in the socket
+    /// at once) is first a `Pending` with the task woken again, then the error.
     pub fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         loop {
             if !self.pending.is_empty() {
                 return Poll::Ready(Some(Ok(Frame::data(self.pending.split().freeze()))));
+            }
+            if let Some(error) = self.failed.take() {
+                if self.held {
+                    return Poll::Ready(Some(Err(error)));
+                }
+                self.failed = Some(error);
+                self.held = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             if self.ended {
                 return Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))));
@@ -301,14 +321,14 @@ impl Body {
                 Ok(false) if self.ended => {}
                 Ok(false) => {
                     self.stream = None;
-                    return Poll::Ready(Some(Err(io::Error::new(
+                    self.failed = Some(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "upstream closed the connection before the body ended",
-                    ))));
+                    ));
                 }
                 Err(e) => {
                     self.stream = None;
-                    return Poll::Ready(Some(Err(e)));
+                    self.failed = Some(e);
                 }
             }
         }
@@ -316,7 +336,7 @@ impl Body {
 
     /// Nothing more to give.
     pub fn is_end_stream(&self) -> bool {
-        self.ended && self.pending.is_empty() && self.trailers.is_none()
+        self.ended && self.pending.is_empty() && self.trailers.is_none() && self.failed.is_none()
     }
 
     pub fn size_hint(&self) -> SizeHint {
@@ -399,6 +419,7 @@ pub fn request_bytes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::Waker;
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
@@ -442,6 +463,16 @@ mod tests {
             authority: format!("127.0.0.1:{port}"),
         };
         (origin, accepted)
+    }
+
+    /// A waker that notes it was woken.
+    #[derive(Default)]
+    struct Woken(std::sync::atomic::AtomicBool);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     async fn body_of(mut body: Body) -> (Vec<u8>, usize, Option<HeaderMap>) {
@@ -544,6 +575,32 @@ transfer-encoding: chunked\r\nx-vendor: a\r\nx-vendor: b\r\n\r\n6\r\ndata: \r\n3
             assert_eq!(
                 cut.unwrap().unwrap_err().kind(),
                 io::ErrorKind::UnexpectedEof
+            );
+            // The last bytes and the cut in the socket at once: the bytes, a poll with nothing
+            // (the task woken again at once), then the cut.
+            let (origin, _) = server(vec![(
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n",
+                true,
+            )])
+            .await;
+            let (pool, request) = pool_and_request(&origin, http::Method::GET, "/", b"");
+            let mut body = send(&pool, &origin, &request).await.unwrap().body;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let woken = Arc::new(Woken::default());
+            let waker = Waker::from(woken.clone());
+            let mut cx = Context::from_waker(&waker);
+            let data = body
+                .poll_frame(&mut cx)
+                .map(|f| f.unwrap().unwrap().into_data().unwrap());
+            assert_eq!(data, Poll::Ready(Bytes::from_static(b"ok")));
+            assert!(
+                body.poll_frame(&mut cx).is_pending(),
+                "the cut waits one poll"
+            );
+            assert!(woken.0.load(std::sync::atomic::Ordering::Relaxed));
+            let cut = body.poll_frame(&mut cx);
+            assert!(
+                matches!(cut, Poll::Ready(Some(Err(e))) if e.kind() == io::ErrorKind::UnexpectedEof)
             );
             let refused = Origin {
                 port: 1,
