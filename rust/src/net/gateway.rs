@@ -877,6 +877,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
         let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
         let request =
             upstream::request_bytes(&method, target, &base.authority, &upstream_headers, &body);
+        // What the request was made of is not kept while upstream is waited for (an idle stream
+        // holds its request's bytes once).
+        drop((parts, headers, upstream_headers, body));
         let sent = upstream::send(&shared.pool, &base.origin_h1, &request);
         within_read_timeout(&shared, sent)
             .await
