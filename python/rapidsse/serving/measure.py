@@ -1224,12 +1224,12 @@ def native_engine(url: str, protocol: str, headers: dict[str, str] | None, times
 
 
 def _native_result(sample: tuple[Any, ...], due: float) -> RequestResult:
-    index, queued, status, error, latency, reads, output_tokens, input_tokens, _bytes = sample
+    (index, queued, status, error, latency, token_times, token_reads, multi_token_reads, output_tokens, input_tokens,
+     _bytes) = sample
     return RequestResult(ok=error is None, status_code=status, index=index, error=error, due=due, queued=queued,
-                         ttft=reads[0][0] if reads else None, latency=latency,
-                         token_times=[at for at, tokens in reads for _ in range(tokens)],
-                         output_tokens=output_tokens, input_tokens=input_tokens, token_reads=len(reads),
-                         multi_token_reads=sum(tokens > 1 for _, tokens in reads))
+                         ttft=token_times[0] if token_times else None, latency=latency, token_times=token_times,
+                         output_tokens=output_tokens, input_tokens=input_tokens, token_reads=token_reads,
+                         multi_token_reads=multi_token_reads)
 
 
 def drive_native(engine: Any, timestamps: str, plan: Sequence[tuple[int, float]], *,
