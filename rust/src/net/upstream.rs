@@ -87,7 +87,12 @@ impl Pool {
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let conns = idle.entry(authority.to_owned()).or_default();
-        conns.retain(|(_, since)| since.elapsed() < IDLE_TIMEOUT);
+        // Given back in time order and taken from the end: the expired ones are at the front.
+        let expired = conns
+            .iter()
+            .take_while(|(_, since)| since.elapsed() >= IDLE_TIMEOUT)
+            .count();
+        conns.drain(..expired);
         if conns.len() < self.max_idle {
             conns.push((stream, Instant::now()));
         }
