@@ -908,7 +908,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
             (parts.status, parts.headers, Source::Hyper(body))
         })
     };
-    let (status, mut upstream_headers, upstream_body) = match reply {
+    let (status, mut reply_headers, upstream_body) = match reply {
         Ok(reply) => reply,
         Err(message) => {
             record.outcome = "upstream_error";
@@ -926,7 +926,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
     };
     record.ttfb = Some(seconds(started));
     record.status = status.as_u16();
-    let media = media_type(&upstream_headers);
+    let media = media_type(&reply_headers);
     let tapping = shared.config.tap && protocol.is_some();
     let mut tap = None;
     let mut keep = None;
@@ -935,7 +935,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
     } else if tapping && media == "application/json" && record.status < 300 {
         keep = Some(Vec::new());
     }
-    strip_hop_by_hop(&mut upstream_headers);
+    strip_hop_by_hop(&mut reply_headers);
     let relay = Relay {
         upstream: upstream_body,
         exchange: Some(Exchange {
@@ -953,7 +953,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
     };
     let mut response = Response::new(Reply::Relay(Box::new(relay)));
     *response.status_mut() = status;
-    *response.headers_mut() = upstream_headers;
+    *response.headers_mut() = reply_headers;
     response
 }
 
