@@ -239,7 +239,7 @@ fn record_tuple(py: Python<'_>, record: Record) -> PyResult<Bound<'_, PyAny>> {
     };
     let core: Py<PyAny> = match record.tap {
         None => py.None(),
-        Some(tap) => core_of(py, tap)?,
+        Some(tap) => core_of(py, *tap)?,
     };
     let json = record.json_reply.map(|j| PyBytes::new(py, &j));
     let items: [Py<PyAny>; 15] = [

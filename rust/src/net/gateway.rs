@@ -126,8 +126,9 @@ pub struct Record {
     pub chunks: u64,
     pub bytes: u64,
     pub error: Option<ErrorText>,
-    /// The tap, for a tapped event stream or Realtime session.
-    pub tap: Option<StreamTap>,
+    /// The tap, for a tapped event stream or Realtime session (boxed: a record waiting for its
+    /// upstream's reply, or in the records queue, does not carry a tap's room inline).
+    pub tap: Option<Box<StreamTap>>,
     /// A JSON reply of a tapped protocol (its usage is read from it).
     pub json_reply: Option<Vec<u8>>,
 }
@@ -721,7 +722,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
         );
     }
     if super::realtime::is_upgrade(&req) {
-        return super::realtime::handle(shared, req, started).await;
+        // (Boxed: a session's future is several times an HTTP exchange's, and held inline it
+        // would size every connection's service future, idle streams' included.)
+        return Box::pin(super::realtime::handle(shared, req, started)).await;
     }
     let path = req.uri().path().to_owned();
     if shared.config.metrics_path && path == "/metrics" && req.method() == Method::GET {
@@ -1098,7 +1101,7 @@ impl Exchange {
                 self.record.json_reply = Some(json);
             }
         }
-        self.record.tap = self.tap.take();
+        self.record.tap = self.tap.take().map(Box::new);
         finish(&self.shared, self.record, self.started);
     }
 }

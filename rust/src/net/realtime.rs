@@ -360,6 +360,6 @@ async fn pump<C, U>(
             .await;
         let _ = to_client.close().await;
     }
-    record.tap = tap;
+    record.tap = tap.map(Box::new);
     finish(&shared, record, started);
 }
