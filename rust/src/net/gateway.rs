@@ -158,8 +158,8 @@ pub(crate) struct Base {
     origin: String,
     prefix: String,
     pub(crate) secure: bool,
-    pub(crate) authority: String,
-    /// Where a plain-HTTP upstream's connections go.
+    /// Where a plain-HTTP upstream's connections go, and the authority of every upstream's
+    /// requests.
     origin_h1: Origin,
 }
 
@@ -194,7 +194,7 @@ impl Base {
                 .trim_end_matches(']')
                 .to_owned(),
             port: uri.port_u16().unwrap_or(if secure { 443 } else { 80 }),
-            authority: authority.clone(),
+            authority: Arc::from(authority.as_str()),
         };
         Ok(Base {
             origin_h1,
@@ -202,7 +202,6 @@ impl Base {
             origin: format!("{scheme}://{authority}"),
             prefix: uri.path().trim_end_matches('/').to_owned(),
             secure,
-            authority,
         })
     }
 
@@ -210,9 +209,9 @@ impl Base {
     pub(crate) fn uri(&self, path_and_query: &str, websocket: bool) -> Result<Uri, String> {
         let origin = if websocket {
             if self.secure {
-                format!("wss://{}", self.authority)
+                format!("wss://{}", self.origin_h1.authority)
             } else {
-                format!("ws://{}", self.authority)
+                format!("ws://{}", self.origin_h1.authority)
             }
         } else {
             self.origin.clone()
@@ -807,7 +806,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
     };
     record.model = requested_model(protocol, &path, &body);
     let mut headers = upstream_headers(&parts.headers, &[]);
-    let mut base = shared.base(None).cloned();
+    let mut base = shared.base(None);
     if shared.hooks.has_on_request() {
         let head = RequestHead {
             method: method.as_str().to_owned(),
@@ -842,7 +841,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
             headers = h;
         }
         if decision.upstream.is_some() {
-            base = shared.base(decision.upstream.as_deref()).cloned();
+            base = shared.base(decision.upstream.as_deref());
             if base.is_none() {
                 let message = format!(
                     "no upstream named {:?}",
@@ -878,8 +877,13 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, ambiguous: bool) ->
     // a HEAD (no body whatever its headers say) go through hyper's client.
     let reply = if !base.secure && method != Method::HEAD {
         let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let request =
-            upstream::request_bytes(&method, target, &base.authority, &upstream_headers, &body);
+        let request = upstream::request_bytes(
+            &method,
+            target,
+            &base.origin_h1.authority,
+            &upstream_headers,
+            &body,
+        );
         // What the request was made of is not kept while upstream is waited for (an idle stream
         // holds its request's bytes once).
         drop((parts, headers, upstream_headers, body));

@@ -93,7 +93,7 @@ pub(crate) async fn handle(
         .get(header::SEC_WEBSOCKET_KEY)
         .map(|k| derive_accept_key(k.as_bytes()))
         .unwrap_or_default();
-    let mut base = shared.base(None).cloned();
+    let mut base = shared.base(None);
     if shared.hooks.has_on_request() {
         let head = RequestHead {
             method: "WEBSOCKET".to_owned(),
@@ -126,7 +126,7 @@ pub(crate) async fn handle(
             headers = h;
         }
         if decision.upstream.is_some() {
-            base = shared.base(decision.upstream.as_deref()).cloned();
+            base = shared.base(decision.upstream.as_deref());
         }
     }
     let Some(base) = base else {

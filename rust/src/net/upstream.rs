@@ -44,12 +44,13 @@ thread_local! {
     static READ_BUFFER: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
 }
 
-/// Where requests go: the host and port connected to, the `host` header's authority.
+/// Where requests go: the host and port connected to, the `host` header's authority (shared
+/// with each response that gives its connection back to the pool under it).
 #[derive(Debug, Clone)]
 pub struct Origin {
     pub host: String,
     pub port: u16,
-    pub authority: String,
+    pub authority: Arc<str>,
 }
 
 /// The idle connections, by authority.
@@ -86,7 +87,10 @@ impl Pool {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let conns = idle.entry(authority.to_owned()).or_default();
+        if !idle.contains_key(authority) {
+            idle.insert(authority.to_owned(), Vec::new());
+        }
+        let conns = idle.get_mut(authority).expect("inserted");
         // Given back in time order and taken from the end: the expired ones are at the front.
         let expired = conns
             .iter()
@@ -222,7 +226,7 @@ pub struct Body {
     /// `failed` was held back for one poll (see [`poll_frame`](Body::poll_frame)).
     held: bool,
     /// Where the connection goes back to.
-    pool: Option<(Arc<Pool>, String)>,
+    pool: Option<(Arc<Pool>, Arc<str>)>,
 }
 
 impl Body {
@@ -465,7 +469,7 @@ mod tests {
         let origin = Origin {
             host: "127.0.0.1".to_owned(),
             port,
-            authority: format!("127.0.0.1:{port}"),
+            authority: Arc::from(format!("127.0.0.1:{port}")),
         };
         (origin, accepted)
     }
@@ -609,7 +613,7 @@ transfer-encoding: chunked\r\nx-vendor: a\r\nx-vendor: b\r\n\r\n6\r\ndata: \r\n3
             );
             let refused = Origin {
                 port: 1,
-                authority: "127.0.0.1:1".to_owned(),
+                authority: Arc::from("127.0.0.1:1"),
                 ..origin
             };
             let err = send(&pool, &refused, &request).await.err().unwrap();
