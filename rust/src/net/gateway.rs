@@ -1084,8 +1084,30 @@ struct Exchange {
     shared: Arc<Shared>,
 }
 
+/// A stream the tap could not read is `bad_stream`, with the tap's first error, unless the
+/// record already has an error.
+fn note_tap_error(record: &mut Record, tap: &StreamTap) {
+    if record.error.is_some() {
+        return;
+    }
+    if let Some(err) = &tap.error {
+        record.outcome = "bad_stream";
+        record.error = Some(match err {
+            super::tap::TapError::Refused(r) => ErrorText::Tap(r.clone()),
+            super::tap::TapError::Framing(text) => ErrorText::Text(text.clone()),
+        });
+    }
+}
+
 impl Exchange {
     fn end(mut self, outcome: Option<(&'static str, String)>) {
+        if let Some(tap) = self.tap.as_mut() {
+            let had_error = tap.error.is_some();
+            tap.finish();
+            if !had_error {
+                note_tap_error(&mut self.record, tap);
+            }
+        }
         if let Some((outcome, error)) = outcome {
             self.record.outcome = outcome;
             self.record.error = Some(ErrorText::Text(error));
@@ -1175,19 +1197,11 @@ impl Body for Relay {
                     record.bytes += data.len() as u64;
                     if let Some(tap) = exchange.tap.as_mut() {
                         let had_error = tap.error.is_some();
-                        if tap.feed(data) {
+                        if tap.forwarded(data) {
                             record.ttft = Some(seconds(exchange.started));
                         }
-                        if !had_error && record.error.is_none() {
-                            if let Some(err) = &tap.error {
-                                record.outcome = "bad_stream";
-                                record.error = Some(match err {
-                                    super::tap::TapError::Refused(r) => ErrorText::Tap(r.clone()),
-                                    super::tap::TapError::Framing(text) => {
-                                        ErrorText::Text(text.clone())
-                                    }
-                                });
-                            }
+                        if !had_error {
+                            note_tap_error(record, tap);
                         }
                     }
                     if let Some(kept) = exchange.kept.as_mut() {
