@@ -166,7 +166,7 @@ impl StreamTap {
     /// (true: this one brought it, the time to first token); from then on chunks are held and
     /// fed about [`TAP_BATCH`] bytes at a time. Fed chunk by chunk, a stream's tap ran each time
     /// on caches the kernel's work for the socket had just cooled: in the gateway at 256 streams
-    /// that made it cost about ten times what it costs on warm ones. The framer and the
+    /// that made it cost five to ten times what it costs on warm ones. The framer and the
     /// accumulators read any chunking alike, so the tap ends as if fed chunk by chunk once
     /// [`finish`](Self::finish) fed the rest.
     pub fn forwarded(&mut self, chunk: &[u8]) -> bool {
