@@ -1085,7 +1085,7 @@ struct Exchange {
 }
 
 /// A stream the tap could not read is `bad_stream`, with the tap's first error, unless the
-/// record already has an error.
+/// record already has an error (this one, noted at an earlier chunk, or another).
 fn note_tap_error(record: &mut Record, tap: &StreamTap) {
     if record.error.is_some() {
         return;
@@ -1102,11 +1102,8 @@ fn note_tap_error(record: &mut Record, tap: &StreamTap) {
 impl Exchange {
     fn end(mut self, outcome: Option<(&'static str, String)>) {
         if let Some(tap) = self.tap.as_mut() {
-            let had_error = tap.error.is_some();
             tap.finish();
-            if !had_error {
-                note_tap_error(&mut self.record, tap);
-            }
+            note_tap_error(&mut self.record, tap);
         }
         if let Some((outcome, error)) = outcome {
             self.record.outcome = outcome;
@@ -1196,13 +1193,10 @@ impl Body for Relay {
                     record.chunks += 1;
                     record.bytes += data.len() as u64;
                     if let Some(tap) = exchange.tap.as_mut() {
-                        let had_error = tap.error.is_some();
                         if tap.forwarded(data) {
                             record.ttft = Some(seconds(exchange.started));
                         }
-                        if !had_error {
-                            note_tap_error(record, tap);
-                        }
+                        note_tap_error(record, tap);
                     }
                     if let Some(kept) = exchange.kept.as_mut() {
                         exchange.kept_bytes += data.len();
