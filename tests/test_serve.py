@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -380,10 +381,39 @@ def test_serve_command_line(tmp_path, engine):
                 assert time.monotonic() < deadline, "the server did not start"
                 time.sleep(0.05)
         assert body == TEXT_RESPONSE.read_bytes()
+        if sys.platform.startswith("linux"):
+            # Its descriptor table was grown before it served (rapidsse.serving.fds).
+            assert descriptor_table(process.pid) >= expected_table(), descriptor_table(process.pid)
     finally:
         process.terminate()
         process.wait(timeout=TIMEOUT)
         process.stderr.close()
+
+
+def descriptor_table(pid: int | str = "self") -> int:
+    """The size of a process's table of file descriptors (``FDSize`` in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("FDSize:"))
+
+
+def expected_table() -> int:
+    import resource
+
+    from rapidsse.serving import fds
+
+    return min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], fds.MOST)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the table is Linux's (and read from /proc)")
+def test_the_descriptor_table_is_grown_and_nothing_is_left_open():
+    from rapidsse.serving import fds
+
+    wanted = min(3000, expected_table())
+    assert fds.reserve(wanted) == wanted
+    assert descriptor_table() >= wanted
+    assert fds.reserve(1) == 0
+    with open(os.devnull) as spare:  # nothing was left open up there: a low number is free
+        assert spare.fileno() < wanted
 
 
 # --- Anthropic, Gemini and Completions recordings, read by their SDKs ------------------------------

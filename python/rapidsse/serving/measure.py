@@ -1107,6 +1107,9 @@ async def measure(
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     count = len(bodies) if num_prompts is None else num_prompts
     _check(protocol, bodies, count, warmup, max_concurrency)
+    from .fds import reserve
+
+    reserve()  # (as the native client does: a connection never waits for the table to grow)
     target = await prepared_target(url, protocol, headers, timestamps)
     plan = list(enumerate(arrival_times(count, request_rate, burstiness, seed)))
     slots = LocalSlots(max_concurrency) if max_concurrency else None

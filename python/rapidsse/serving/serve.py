@@ -834,7 +834,11 @@ def create_synthetic_app(synthetic: Synthetic = Synthetic(), *,
 def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A listening-ready TCP socket on ``host``:``port`` (``0``: a free port); ``reuse_port``:
     with ``SO_REUSEPORT``, so that several processes can each listen on the port (the kernel
-    spreads the connections over them)."""
+    spreads the connections over them). The process's descriptor table is grown first, while
+    nothing waits on it (:mod:`rapidsse.serving.fds`)."""
+    from .fds import reserve
+
+    reserve()
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:

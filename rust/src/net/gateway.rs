@@ -267,6 +267,8 @@ impl Gateway {
             .map(|(name, url)| Base::parse(name, url))
             .collect::<Result<Vec<_>, _>>()?;
         let tls = tls_config(config.upstream_ca.as_deref())?;
+        // (Each stream holds two descriptors, its client's and its upstream's.)
+        super::fds::reserve(super::fds::MOST);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.threads.max(1))
             .max_blocking_threads(64)

@@ -150,6 +150,7 @@ impl Client {
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve {}: {e}", target.host))?
             .collect();
+        super::fds::reserve(super::fds::MOST);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("rapidsse-measure")

@@ -12,9 +12,11 @@
 //! - [`measure`]: the benchmark client of `rapidsse measure --engine native`, counting with
 //!   [`tokens`];
 //! - [`h1`]: the HTTP/1.1 response reader of the clients;
-//! - [`stop`]: the stop signal the connections and requests wait for beside their work.
+//! - [`stop`]: the stop signal the connections and requests wait for beside their work;
+//! - [`fds`]: the process's descriptor table, grown when an engine starts.
 
 pub mod client;
+pub mod fds;
 pub mod gateway;
 mod guard;
 pub mod h1;

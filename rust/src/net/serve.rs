@@ -281,6 +281,7 @@ impl Server {
     /// Binds `config.listen` and starts the workers; serves until [`stop`](Server::stop).
     pub fn start(config: Config) -> Result<Server, String> {
         let workers = config.workers.max(1);
+        super::fds::reserve(super::fds::MOST);
         let shared = Arc::new(Shared {
             source: config.streams,
             workers,
