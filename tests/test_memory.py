@@ -166,3 +166,33 @@ def test_many_lifetimes_keep_rss_flat(backend):
         one_lifetime(backend)
     growth = rss() - base
     assert growth < 16 * MiB, f"RSS grew by {growth / MiB:.1f} MiB over {n} lifetimes"
+
+
+def huge_page_regions() -> list[str]:
+    """The mappings of this process that asked for transparent huge pages (`MADV_HUGEPAGE`: the
+    `hg` flag of /proc/self/smaps)."""
+    regions, current = [], None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            first = line.split(maxsplit=1)[0]
+            if "-" in first and not first.endswith(":"):
+                current = line.strip()
+            elif first == "VmFlags:" and "hg" in line.split()[1:]:
+                regions.append(current)
+    return regions
+
+
+@pytest.mark.skipif("rust" not in BACKENDS, reason="the Rust core's allocator")
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="mappings are read from /proc (Linux)")
+@pytest.mark.skipif("MIMALLOC_ALLOW_THP" in os.environ, reason="mimalloc's huge pages are set in the environment")
+def test_the_core_heap_asks_for_no_huge_pages():
+    # mimalloc asks for transparent huge pages on each region it maps unless told not to; the
+    # extension tells it not to when it loads (a huge page's first touch zero-fills 2 MiB in
+    # whichever task touched it: on a VM whose host backs pages lazily, tens of milliseconds that
+    # a native server's every stream waited out). The core's heap is mapped by its first
+    # allocations: make enough that it is, then look.
+    dec = sse_decoder("rust", 1 << 20)
+    for _ in range(20_000):
+        dec.feed(b"data: " + b"x" * 500 + b"\n\n")
+    one_lifetime("rust")
+    assert huge_page_regions() == []

@@ -234,8 +234,28 @@ fn py_bytes_type(py: Python<'_>) -> Bound<'_, PyType> {
     py.get_type::<pyo3::types::PyBytes>()
 }
 
+/// mimalloc's `allow_thp` option (its position in v3's `mi_option_e`; the sys crate names no
+/// constant for it).
+const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
+
+/// Has mimalloc map its memory in ordinary pages rather than ask for transparent huge pages, as
+/// it does by default (`MADV_HUGEPAGE` on each region it maps): the first touch of a huge page
+/// zero-fills 2 MiB at once, in whichever task touched it. On the benchmarks' VM, whose host backs
+/// a page when it is first touched, that took up to 25 ms per huge page (a test program: 64 MiB
+/// first touched in 659 ms, its slowest page 24.8 ms; in ordinary pages 27 ms, the slowest 0.25
+/// ms), and a native server whose streams grew its heap stalled that long, every token due
+/// meanwhile sent late. Only the default changes: `MIMALLOC_ALLOW_THP` in the environment still
+/// decides. (Done first when the module loads, before the core's first allocation maps a
+/// region; mimalloc's own start, already done, reads the option only then, so the process's
+/// other memory keeps its transparent huge pages.)
+fn ordinary_pages() {
+    // SAFETY: sets the default of one of mimalloc's options, which it reads when it maps memory.
+    unsafe { libmimalloc_sys::mi_option_set_enabled_default(MI_OPTION_ALLOW_THP, false) };
+}
+
 #[pymodule(gil_used = false)]
 fn _rapidsse(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    ordinary_pages();
     m.add_class::<framing::SSEDecoder>()?;
     m.add_class::<decoding::EventDecoder>()?;
     m.add_class::<decoding::KnownTypes>()?;
