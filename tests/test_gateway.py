@@ -1486,6 +1486,15 @@ def test_a_stderr_nobody_reads_stalls_no_stream(engine, synthetic):
         # in its 64 KiB. (Not to the byte: the records are logged in batches, and the write of a
         # batch that does not fit leaves the pipe's last pages part empty.)
         assert pipe_bytes_unread(process.stderr.fileno()) >= 32_768
+        # Its descriptor table was grown when it started (rust/src/net/fds.rs, rapidsse.serving.fds),
+        # not while these streams opened.
+        import resource
+
+        from rapidsse.serving import fds
+
+        with open(f"/proc/{process.pid}/status") as status:
+            table = next(int(line.split()[1]) for line in status if line.startswith("FDSize:"))
+        assert table >= min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], fds.MOST), table
     finally:
         process.terminate()
         try:
