@@ -57,6 +57,22 @@ def sample_feed(chunk):
     return [f"{chunk}.1", f"{chunk}.2"]
 
 
+def descriptor_table(pid: int | str = "self") -> int:
+    """The size of a process's table of file descriptors (``FDSize`` in /proc/PID/status; Linux)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("FDSize:"))
+
+
+def expected_table() -> int:
+    """The size every engine grows its process's descriptor table to when it starts
+    (``rapidsse.serving.fds``, ``rust/src/net/fds.rs``)."""
+    import resource
+
+    from rapidsse.serving import fds
+
+    return min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], fds.MOST)
+
+
 def corpus_files(kind: str) -> list[Path]:
     folder = CORPUS / kind
     if not folder.is_dir():

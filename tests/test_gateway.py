@@ -38,7 +38,7 @@ from rapidsse.gateway import (ExchangeRecord, GatewayRequest, Metrics, Recorder,
 from rapidsse.integrations import to_builtins  # noqa: E402
 from rapidsse.serving.serve import BackgroundServer, ReplayServer, Synthetic, SyntheticServer  # noqa: E402
 
-from .conftest import ROOT, corpus_files, cycles_left  # noqa: E402
+from .conftest import ROOT, corpus_files, cycles_left, descriptor_table, expected_table  # noqa: E402
 
 TIMEOUT = 20.0
 KINDS = ("responses", "chat", "anthropic", "gemini")
@@ -1488,13 +1488,7 @@ def test_a_stderr_nobody_reads_stalls_no_stream(engine, synthetic):
         assert pipe_bytes_unread(process.stderr.fileno()) >= 32_768
         # Its descriptor table was grown when it started (rust/src/net/fds.rs, rapidsse.serving.fds),
         # not while these streams opened.
-        import resource
-
-        from rapidsse.serving import fds
-
-        with open(f"/proc/{process.pid}/status") as status:
-            table = next(int(line.split()[1]) for line in status if line.startswith("FDSize:"))
-        assert table >= min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], fds.MOST), table
+        assert descriptor_table(process.pid) >= expected_table(), descriptor_table(process.pid)
     finally:
         process.terminate()
         try:

@@ -38,7 +38,7 @@ from rapidsse.serving.serve import (  # noqa: E402
     split_events,
 )
 
-from .conftest import ROOT, corpus_files  # noqa: E402
+from .conftest import ROOT, corpus_files, descriptor_table, expected_table  # noqa: E402
 
 RESPONSES = corpus_files("responses")
 CHATS = corpus_files("chat")
@@ -388,20 +388,6 @@ def test_serve_command_line(tmp_path, engine):
         process.terminate()
         process.wait(timeout=TIMEOUT)
         process.stderr.close()
-
-
-def descriptor_table(pid: int | str = "self") -> int:
-    """The size of a process's table of file descriptors (``FDSize`` in /proc/PID/status)."""
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("FDSize:"))
-
-
-def expected_table() -> int:
-    import resource
-
-    from rapidsse.serving import fds
-
-    return min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], fds.MOST)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the table is Linux's (and read from /proc)")
