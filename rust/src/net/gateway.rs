@@ -151,7 +151,7 @@ impl Sink {
 }
 
 /// One configured upstream.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Base {
     name: String,
     /// `scheme://authority` and the path prefix (no trailing `/`).
