@@ -3,6 +3,9 @@
 side in one run, through:
 
 - ``direct``: no gateway (the floor of the ITL);
+- ``relay (C)``: ``benches/floor/relay.c``, a TCP relay in C on one thread of edge-triggered epoll
+  that writes whatever it reads to the other side at once: no HTTP, no parsing, the least any proxy
+  of a stream must do (the floor of the CPU; left out where there is no C compiler, ``cc``);
 - ``nginx``: Debian's nginx, ``proxy_pass`` with ``proxy_buffering off``, one worker, upstream
   keep-alive (a benchmark-only dependency: its rows are left out where ``nginx`` is not on PATH);
 - ``native --no-tap`` / ``native``: ``rapidsse gateway --engine native --threads 1``, forwarding
@@ -56,7 +59,8 @@ TOKENS = 60
 TTFT_MS = 100
 CONCURRENCIES = (64, 256, 1024)
 STREAMS = 160  # at least this many streams per point (two rounds of the concurrency at most)
-CONTENDERS = ("direct", "nginx", "native --no-tap", "native", "asyncio --no-tap", "asyncio", "litellm")
+CONTENDERS = ("direct", "relay (C)", "nginx", "native --no-tap", "native", "asyncio --no-tap", "asyncio", "litellm")
+RELAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor", "relay.c")
 MODEL = "openai/synthetic"  # LiteLLM's name of the upstream model; the synthetic server takes any
 KEY = "sk-rapidsse-bench-0123456789abcdef0123456789abcdef"  # LiteLLM's master key (it needs one)
 IDLE_STREAMS = 4096
@@ -97,6 +101,8 @@ def _options(command: str) -> str:
 
 
 def available(contender: str) -> bool:
+    if contender == "relay (C)":
+        return sys.platform.startswith("linux") and shutil.which("cc") is not None
     if contender == "litellm":
         return litellm_command() is not None
     if contender == "nginx":
@@ -167,7 +173,7 @@ http {{
 
 
 class Gateway:
-    """One gateway process (nginx, ``rapidsse gateway`` or LiteLLM's proxy) pinned to ``pin``
+    """One gateway process (the C relay, nginx, ``rapidsse gateway`` or LiteLLM's proxy) pinned to ``pin``
     (``threads``: the native engine's)."""
 
     def __init__(self, contender: str, upstream: str, pin: set[int] | None, threads: int = 1,
@@ -181,6 +187,10 @@ class Gateway:
             # no network at startup (the model cost map is bundled), no telemetry, quiet logs
             env.update(OPENAI_API_KEY="x", LITELLM_MASTER_KEY=KEY, LITELLM_LOCAL_MODEL_COST_MAP="True",
                        LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False")
+        elif contender == "relay (C)":
+            binary = os.path.join(self.dir, "relay")
+            subprocess.run(["cc", "-O2", "-o", binary, RELAY], check=True)
+            command = [binary, str(port), upstream.removeprefix("http://")]
         elif contender == "nginx":
             conf = os.path.join(self.dir, "nginx.conf")
             with open(conf, "w") as out:
