@@ -690,11 +690,14 @@ class _StampedConnection:
         if not data:
             self._lost(None)
             return
+        # The wall clock first: a pause between the two readings (this process preempted) then
+        # makes the wait look shorter and the stamp later, never earlier than the bytes came.
+        wall = time.time_ns()
         now = time.perf_counter()
         if ancillary:
             seconds, nanoseconds = _TIMESPEC.unpack_from(ancillary[0][2])
             # (The kernel's clock is the wall clock: only the wait is taken from it.)
-            stamped = now - (time.time_ns() - (seconds * 1_000_000_000 + nanoseconds)) / 1e9
+            stamped = now - (wall - (seconds * 1_000_000_000 + nanoseconds)) / 1e9
             if self._floor <= stamped < now:
                 now = stamped
         self._floor = now

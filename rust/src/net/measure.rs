@@ -462,7 +462,10 @@ impl Exchange {
             }
             return Some(Err(Failure::Reason(self.lost(None))));
         }
-        let at = arrival(Instant::now(), SystemTime::now(), stamp, *floor);
+        // The wall clock first: a pause between the two readings (the thread preempted) then makes
+        // the wait look shorter and the stamp later, never earlier than the bytes came.
+        let wall = SystemTime::now();
+        let at = arrival(Instant::now(), wall, stamp, *floor);
         *floor = at;
         self.last_read = Some(at);
         self.sample.bytes += data.len() as u64;
