@@ -11,9 +11,9 @@
 //! Token `i` of a stream is due at `ttft + i / rate` after its request arrived, an absolute
 //! [`Instant`]. Tokio's timers fire on whole milliseconds (up to one late, the whole error budget
 //! of an inter-token latency), so each runtime has a [`Clock`] that sleeps on tokio's timer
-//! until [`Clock::EARLY`] ahead of its earliest deadline, then yields to the runtime (which polls
-//! its sockets each time) until a deadline has come and wakes that stream: one task busy near a
-//! deadline however many streams wait, and tokens leave within microseconds of it.
+//! until [`Clock::EARLY`] ahead of its earliest deadline, then gives the runtime one turn at a time
+//! (it polls its sockets every 61 turns) until a deadline has come and wakes that stream: one task
+//! busy near a deadline however many streams wait, and tokens leave within microseconds of it.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -227,9 +227,30 @@ impl Clock {
                         _ = self.earlier.notified() => {}
                     }
                 }
-                Some(_) => tokio::task::yield_now().await,
+                Some(_) => Turn(false).await,
             }
         }
+    }
+}
+
+/// One turn of the runtime for the other tasks, then ready. Unlike `tokio::task::yield_now`, which
+/// holds the task back until the runtime has polled its I/O driver (an `epoll_wait` and the timer
+/// wheel for every turn of a clock that waits on a near deadline, a microsecond or two each, paid
+/// per token when the server is busy), it wakes the task at once: the runtime still polls the
+/// driver every `event_interval` (61) tasks, so sockets are looked at every few microseconds while
+/// the clock spins.
+struct Turn(bool);
+
+impl std::future::Future for Turn {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
 
@@ -811,6 +832,53 @@ mod tests {
             late.iter().all(|l| *l < Duration::from_millis(5)),
             "{late:?}"
         );
+    }
+
+    #[test]
+    fn sockets_are_served_while_the_clock_spins() {
+        // A waiter due every 500 µs for 300 ms keeps the clock within EARLY of a deadline, so it
+        // spins the whole time; a connection made meanwhile must be accepted and read before the
+        // waiter is done (a clock that never let the runtime poll its sockets would hold it back).
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (spun, served) = runtime.block_on(async {
+            let clock = Arc::new(Clock::new());
+            tokio::spawn(clock.clone().drive());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let waiter = {
+                let clock = clock.clone();
+                tokio::spawn(async move {
+                    let start = Instant::now();
+                    for step in 1..=600u32 {
+                        let at = start + Duration::from_micros(500) * step;
+                        let mut waiting = None;
+                        std::future::poll_fn(|cx| clock.poll_until(at, &mut waiting, cx)).await;
+                    }
+                    Instant::now()
+                })
+            };
+            let server = tokio::spawn(async move {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut buffer = [0u8; 5];
+                tokio::io::AsyncReadExt::read_exact(&mut socket, &mut buffer)
+                    .await
+                    .unwrap();
+                assert_eq!(&buffer, b"hello");
+                Instant::now()
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            std::thread::spawn(move || {
+                std::net::TcpStream::connect(addr)
+                    .unwrap()
+                    .write_all(b"hello")
+                    .unwrap()
+            });
+            (waiter.await.unwrap(), server.await.unwrap())
+        });
+        assert!(served < spun, "read {:?} after the spin", served - spun);
     }
 
     /// An HTTP/1.0 exchange (the reply ends with the connection): status line and headers, body.
