@@ -6,10 +6,12 @@ epoll and reads each ready socket with ``recvmsg`` and its kernel timestamp, as 
 client reads (no HTTP, no parsing, no runtime). Its CPU per chunk is what the kernel charges for the
 wake and the read alone; with a pause before each wait the arrivals gather into fewer wakes, the
 one lever left to a client that must read every token on time (the kernel's stamps keep the times;
-a read late by more than a stream's gap merges tokens). At the serving benchmark's points (50
-tokens a second a stream) with no pause, 1 ms and 5 ms; ``--native`` adds the native client
-(``benches/test_serving.py``'s point, against the synthetic server on the other core) in the same
-run, the two taking turns::
+a read late by more than a stream's gap merges tokens). The sender is the floor under the synthetic
+server in turn: paced writes and nothing else (it spins the last 200 µs before a deadline, as the
+server's clock spins), its CPU per chunk and how late it wrote. At the serving benchmark's points (50
+tokens a second a stream) with no pause, 1 ms and 5 ms; ``--native`` adds the native client and the
+native server's lateness (``benches/test_serving.py``'s point, the synthetic server on the other
+core) in the same run, the two taking turns::
 
     python benches/test_floor.py --repeat 3 --native
     pytest benches/test_floor.py -s --benchmark-columns=median,rounds
@@ -65,19 +67,24 @@ def run_floor(binary: Path, streams: int, pause_us: int, seconds: int = SECONDS,
     return json.loads(done.stdout)
 
 
-def table(rows: list[dict[str, Any]], native: dict[int, float]) -> str:
-    """A markdown table: a line per streams and pause, the native client's CPU per token beside."""
+def table(rows: list[dict[str, Any]], native: dict[int, dict[str, float]]) -> str:
+    """A markdown table: a line per streams and pause, the native client's CPU per token and the
+    native server's p99 lateness beside (on the line without a pause)."""
     lines = ["| streams | pause | chunks/s (asked) | wakes per chunk | reads of several chunks "
-             "| floor CPU µs/chunk (system) | native client µs/token |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+             "| floor CPU µs/chunk (system) | native client µs/token "
+             "| sender CPU µs/chunk | sender p99 late ms | native server p99 late ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         pause = f"{row['pause_us'] / 1000:g} ms" if row["pause_us"] else "none"
-        beside = native.get(row["streams"]) if row["pause_us"] == 0 else None
+        beside = native.get(row["streams"], {}) if row["pause_us"] == 0 else {}
+        client, server = beside.get("cpu_us_per_token"), beside.get("server_p99_late_ms")
         lines.append(
             f"| {row['streams']} | {pause} | {row['chunks_per_s']:,.0f} ({row['streams'] * row['rate']:,}) "
             f"| {row['wakes_per_chunk']:.2f} | {row['multi_chunk_reads']:,} "
             f"| {row['cpu_us_per_chunk']:.1f} ({row['sys_us_per_chunk']:.1f}) "
-            f"| {'' if beside is None else f'{beside:.1f}'} |")
+            f"| {'' if client is None else f'{client:.1f}'} "
+            f"| {row['sender_cpu_us_per_chunk']:.1f} | {row['sender_late_p99_ms']:.2f} "
+            f"| {'' if server is None else f'{server:.2f}'} |")
     return "\n".join(lines)
 
 
@@ -106,8 +113,10 @@ def test_floor(benchmark, wake, rows, streams, pause_us):
     row = benchmark.pedantic(run_floor, args=(wake, streams, pause_us), rounds=1, iterations=1)
     benchmark.extra_info.update(row)
     rows.append(row)
-    # every byte the sender wrote was read, to the end of every stream
+    # every byte the sender wrote was read, to the end of every stream; the sender's lateness is a
+    # percentile of every write's
     assert row["chunks"] == streams * RATE * SECONDS, row
+    assert 0 <= row["sender_late_p99_ms"] <= row["sender_late_max_ms"] + 0.001, row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setaffinity(0, cores[1])
         server = test_serving.Server(cores[0] if cores else None)
     floor: list[dict[str, Any]] = []
-    native: dict[int, float] = {}
+    native: dict[int, dict[str, float]] = {}
     try:
         with tempfile.TemporaryDirectory() as directory:
             binary = build(directory)
@@ -144,19 +153,20 @@ def main(argv: list[str] | None = None) -> int:
                     for pause in args.pauses:
                         runs[pause].append(run_floor(binary, streams, pause, cpus=machine))
                     if server is not None:
-                        natives.append(test_serving.run_point(server, NATIVE, streams)["cpu_us_per_token"])
+                        natives.append(test_serving.run_point(server, NATIVE, streams))
                 for pause, repeats in runs.items():
                     merged = {key: value if key in FIXED else statistics.median(r[key] for r in repeats)
                               for key, value in repeats[0].items()}
                     floor.append(merged)
                 if natives:
-                    native[streams] = statistics.median(natives)
+                    native[streams] = {key: statistics.median(point[key] for point in natives)
+                                       for key in ("cpu_us_per_token", "server_p99_late_ms")}
                 print(table([r for r in floor if r["streams"] == streams], native), file=sys.stderr, flush=True)
     finally:
         if server is not None:
             server.stop()
     if args.json:
-        Path(args.json).write_text(json.dumps({"floor": floor, "native_cpu_us_per_token": native}, indent=1))
+        Path(args.json).write_text(json.dumps({"floor": floor, "native": native}, indent=1))
     print(table(floor, native))
     return 0
 

@@ -14,8 +14,12 @@
  *
  * Prints one JSON object: the chunks read a second (against the STREAMS x RATE asked for), the
  * reader thread's CPU (user, system, both) per chunk, its wakes and context switches per chunk,
- * and how many reads held more than one chunk. The reader and the sender are
- * pinned to the first two CPUs this process may use (one CPU: both on it).
+ * and how many reads held more than one chunk; and the sender's side, the floor under a paced
+ * server: its thread's CPU per chunk and how late its writes were against their schedule (p99 and
+ * most, in 1 us bins; it sleeps with a timer slack of 1 ns to 200 us before a deadline and
+ * spins the rest, and writes what is due at once). The
+ * reader and the sender are pinned to the first two CPUs this process may use (one CPU: both on
+ * it).
  * benches/test_floor.py runs it at the serving benchmark's points. Linux only. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -35,6 +40,13 @@
 static int streams, rate, seconds, chunk = 160;
 static int *client_fds, *server_fds;
 static int cpus[2] = {-1, -1};
+/* the sender's lateness, in 1 us bins (the last also takes anything later), and its CPU */
+#define LATE_BINS 1000000
+/* how long before a write's deadline the sender stops sleeping and spins (the native server's
+ * clock does the same, 2.5 ms ahead: a sleep per chunk costs more than the write) */
+#define SPIN 200e-6
+static long *late_counts;
+static double late_most, sender_cpu;
 
 static double monotonic(void) {
     struct timespec t;
@@ -60,20 +72,34 @@ static double seconds_of(struct timeval t) { return t.tv_sec + t.tv_usec * 1e-6;
 static void *sender(void *unused) {
     (void)unused;
     pin(cpus[1]);
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep to the deadline, not up to 50 us past it */
+    struct rusage before, after;
+    getrusage(RUSAGE_THREAD, &before);
     char *data = malloc(chunk);
     memset(data, 'x', chunk);
     long total = (long)streams * rate * seconds;
     double start = monotonic();
     for (long i = 0; i < total; i++) {
         /* chunk i goes to stream i % streams; each stream's chunks RATE a second apart */
-        double wait = start + (double)i / ((double)streams * rate) - monotonic();
-        if (wait > 0) {
+        double due = start + (double)i / ((double)streams * rate), wait = due - monotonic();
+        if (wait > SPIN) { /* sleep to SPIN before the deadline, then spin to it */
+            wait -= SPIN;
             struct timespec pause = {(time_t)wait, (long)((wait - (time_t)wait) * 1e9)};
             nanosleep(&pause, NULL);
         }
+        while (monotonic() < due) {
+        }
+        double late = monotonic() - due;
+        if (late < 0) late = 0;
+        if (late > late_most) late_most = late;
+        long bin = (long)(late * 1e6);
+        late_counts[bin < LATE_BINS ? bin : LATE_BINS - 1]++;
         if (write(server_fds[i % streams], data, chunk) != chunk) fail("write");
     }
     for (int s = 0; s < streams; s++) shutdown(server_fds[s], SHUT_WR);
+    getrusage(RUSAGE_THREAD, &after);
+    sender_cpu = seconds_of(after.ru_utime) - seconds_of(before.ru_utime) + seconds_of(after.ru_stime) -
+                 seconds_of(before.ru_stime);
     free(data);
     return NULL;
 }
@@ -129,6 +155,8 @@ int main(int argc, char **argv) {
         if (epoll_ctl(epoll, EPOLL_CTL_ADD, client_fds[s], &event) != 0) fail("epoll_ctl");
     }
 
+    late_counts = calloc(LATE_BINS, sizeof(long));
+    if (late_counts == NULL) fail("calloc");
     pthread_t thread;
     struct rusage before, after;
     getrusage(RUSAGE_THREAD, &before);
@@ -183,12 +211,17 @@ int main(int argc, char **argv) {
     double user = seconds_of(after.ru_utime) - seconds_of(before.ru_utime);
     double system = seconds_of(after.ru_stime) - seconds_of(before.ru_stime);
     double chunks = (double)bytes / chunk;
+    long written = (long)streams * rate * seconds, rank = written - written / 100, seen = 0, p99 = 0;
+    for (; p99 < LATE_BINS; p99++) /* the 99th percentile's bin: its lower edge */
+        if ((seen += late_counts[p99]) > rank - 1) break;
     printf("{\"streams\": %d, \"rate\": %d, \"seconds\": %d, \"pause_us\": %ld, \"chunk\": %d, "
            "\"chunks\": %.0f, \"chunks_per_s\": %.0f, \"reads\": %ld, \"multi_chunk_reads\": %ld, \"wakes\": %ld, "
            "\"wakes_per_chunk\": %.3f, \"user_us_per_chunk\": %.2f, \"sys_us_per_chunk\": %.2f, "
-           "\"cpu_us_per_chunk\": %.2f, \"context_switches_per_chunk\": %.3f}\n",
+           "\"cpu_us_per_chunk\": %.2f, \"context_switches_per_chunk\": %.3f, "
+           "\"sender_cpu_us_per_chunk\": %.2f, \"sender_late_p99_ms\": %.3f, \"sender_late_max_ms\": %.3f}\n",
            streams, rate, seconds, pause_us, chunk, chunks, chunks / elapsed, reads, multi, wakes, wakes / chunks,
            user / chunks * 1e6, system / chunks * 1e6, (user + system) / chunks * 1e6,
-           (double)((after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)) / chunks);
+           (double)((after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)) / chunks,
+           sender_cpu / written * 1e6, p99 / 1000.0, late_most * 1e3);
     return 0;
 }
