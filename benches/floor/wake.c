@@ -16,10 +16,9 @@
  * reader thread's CPU (user, system, both) per chunk, its wakes and context switches per chunk,
  * and how many reads held more than one chunk; and the sender's side, the floor under a paced
  * server: its thread's CPU per chunk and how late its writes were against their schedule (p99 and
- * most, in 1 us bins; it sleeps with a timer slack of 1 ns to 200 us before a deadline and
- * spins the rest, and writes what is due at once). The
- * reader and the sender are pinned to the first two CPUs this process may use (one CPU: both on
- * it).
+ * most, in 1 us bins; it sleeps with a timer slack of 1 ns to 200 us before a deadline, spins the
+ * rest, and writes what is due at once). The reader and the sender are pinned to the first two
+ * CPUs this process may use (one CPU: both on it).
  * benches/test_floor.py runs it at the serving benchmark's points. Linux only. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -213,7 +212,7 @@ int main(int argc, char **argv) {
     double chunks = (double)bytes / chunk;
     long written = (long)streams * rate * seconds, rank = written - written / 100, seen = 0, p99 = 0;
     for (; p99 < LATE_BINS; p99++) /* the 99th percentile's bin: its lower edge */
-        if ((seen += late_counts[p99]) > rank - 1) break;
+        if ((seen += late_counts[p99]) >= rank) break;
     printf("{\"streams\": %d, \"rate\": %d, \"seconds\": %d, \"pause_us\": %ld, \"chunk\": %d, "
            "\"chunks\": %.0f, \"chunks_per_s\": %.0f, \"reads\": %ld, \"multi_chunk_reads\": %ld, \"wakes\": %ld, "
            "\"wakes_per_chunk\": %.3f, \"user_us_per_chunk\": %.2f, \"sys_us_per_chunk\": %.2f, "
