@@ -2,9 +2,9 @@
 //! answered once upstream accepted its own (with upstream's chosen subprotocol), then messages
 //! go both ways as they come; upstream's text messages also go to the Realtime tap.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use http::header::{self, HeaderValue};
@@ -263,20 +263,31 @@ async fn pump<C, U>(
     // How the client closed (0: it did not), set before its close goes upstream.
     let client_closed = Arc::new(AtomicU32::new(0));
     let closed = client_closed.clone();
+    // Upstream's side has ended: a close from the client then only answers ours.
+    let upstream_ended = Arc::new(AtomicBool::new(false));
+    let ended = upstream_ended.clone();
     // The client's messages, upstream: their own task.
-    let client_side = tokio::spawn(async move {
+    let mut client_side = tokio::spawn(async move {
+        let mut upstream_open = true;
         while let Some(message) = from_client.next().await {
             match message {
                 Ok(Message::Close(frame)) => {
                     let code = frame.as_ref().map_or(1000, |f| u16::from(f.code));
                     closed.store(u32::from(code), Ordering::SeqCst);
-                    let _ = to_upstream.send(Message::Close(frame)).await;
-                    let _ = to_upstream.close().await;
+                    if !ended.load(Ordering::SeqCst) {
+                        let _ = to_upstream.send(Message::Close(frame)).await;
+                        let _ = to_upstream.close().await;
+                    }
                     return;
                 }
                 Ok(message @ (Message::Text(_) | Message::Binary(_))) => {
-                    if to_upstream.send(message).await.is_err() {
-                        return; // upstream is gone: its side says so
+                    // Upstream gone: its side says so. The client's messages are still read, and
+                    // dropped, until its close answers ours (see CLOSE_WAIT).
+                    if upstream_open
+                        && !ended.load(Ordering::SeqCst)
+                        && to_upstream.send(message).await.is_err()
+                    {
+                        upstream_open = false;
                     }
                 }
                 Ok(_) => {} // pings are answered by the library
@@ -284,7 +295,9 @@ async fn pump<C, U>(
             }
         }
         closed.store(1006, Ordering::SeqCst);
-        let _ = to_upstream.close().await;
+        if !ended.load(Ordering::SeqCst) {
+            let _ = to_upstream.close().await;
+        }
     });
     let mut code: u16 = 1006;
     let mut client_failed = false;
@@ -332,7 +345,7 @@ async fn pump<C, U>(
             Err(_) => break,
         }
     }
-    client_side.abort();
+    upstream_ended.store(true, Ordering::SeqCst);
     let client_code = match client_closed.load(Ordering::SeqCst) {
         0 => client_failed.then_some(1006),
         code => Some(code),
@@ -362,4 +375,16 @@ async fn pump<C, U>(
     }
     record.tap = tap.map(Box::new);
     finish(&shared, record, started);
+    // The closing handshake: the connection is dropped once the client's side has read the
+    // client's close (or its end), not before. Dropped with the client's messages unread, the
+    // socket would answer with a reset, which can reach the client before our close frame does.
+    if tokio::time::timeout(CLOSE_WAIT, &mut client_side)
+        .await
+        .is_err()
+    {
+        client_side.abort();
+    }
 }
+
+/// How long a session's end waits for the client to answer its close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
